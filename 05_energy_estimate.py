@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Stage 05: per-node energy, offload kernel candidates and Amdahl speed-ups.
+
+energy.csv: two models per node. Measured-power: E = P_avg x latency (P from host.yaml or --avg-power-w).
+Component: E = FLOPs x e_flop(dtype) + bytes x e_byte, split into compute (e_compute_j) and data movement
+(e_mem_j). kernel_candidates.csv: one row per op class with the seed's criteria (share of latency or
+energy, regular op class, arithmetic intensity, fusable neighbours) and the reason. amdahl.csv:
+S_total = 1 / ((1 - f) + f / S_k) for latency and energy, S_k per op class from configs/offload.yaml.
+"""
+from lib import cli
+from lib.artifacts import CONFIGS, read_csv, results_dir, versions, write_csv, write_json
+from lib.energy import amdahl_table, kernel_table, load_offload, node_energy
+from lib.errors import StageError
+from lib.graph import build_graph, load_model
+from lib.host import load_host
+
+
+def main(argv=None):
+    p = cli.parser(__doc__)
+    cli.add_host(p)
+    p.add_argument("--offload", default=str(CONFIGS / "offload.yaml"), metavar="YAML",
+                   help="candidate criteria, S_k and energy gain per op class (default: %(default)s)")
+    p.add_argument("--avg-power-w", type=float, default=None, help="average platform power in W (default: host.yaml)")
+    a = p.parse_args(argv)
+    if not a.model:
+        p.error("--model is required (fusable neighbours come from the model's edges)")
+    rdir = results_dir(a.model, a.results)
+    host = load_host(a.host)
+    off = load_offload(a.offload)
+    power = a.avg_power_w if a.avg_power_w is not None else float(host["avg_power_w"])
+    if power <= 0:
+        raise StageError("--avg-power-w must be positive")
+    prof = read_csv(rdir, "ops_profile.csv", ("node", "op_type", "op_class", "flops", "latency_us", "bound", "fused_into"))
+    g = build_graph(load_model(a.model))
+    if list(prof["node"]) != g.names:
+        raise StageError(f"{rdir / 'ops_profile.csv'} does not match {a.model}'s nodes: re-run stages 02 and 03 on it")
+    cls = list(prof["op_class"])
+    succ_classes = [[cls[s] for s in g.succs(i)] for i in range(len(g.nodes))]
+    energy = node_energy(prof, host, power)
+    kernels = kernel_table(energy, prof, succ_classes, off["criteria"])
+    t_total = float(prof["latency_us"].sum())
+    e_total = float(energy["e_total_j"].sum())
+    amd = amdahl_table(kernels, off["speedup"], off["energy_gain"], t_total, e_total)
+    write_csv(energy, rdir / "energy.csv")
+    write_csv(kernels, rdir / "kernel_candidates.csv")
+    write_csv(amd, rdir / "amdahl.csv")
+    write_json({"avg_power_w": power, "host_config": a.host, "offload_config": a.offload, "offload": off,
+                "versions": versions()}, rdir / "energy_meta.json")
+    em = energy["e_measured_j"].sum()
+    ec, emem = energy["e_compute_j"].sum(), energy["e_mem_j"].sum()
+    if t_total > 0:
+        print(f"measured-power model: {em * 1e3:.2f} mJ per inference ({power:g} W x {t_total / 1e3:.2f} ms of kernel time)")
+    print(f"component model: {e_total * 1e3:.2f} mJ = compute {ec * 1e3:.2f} mJ ({100 * ec / e_total:.0f}%) "
+          f"+ data movement {emem * 1e3:.2f} mJ ({100 * emem / e_total:.0f}%)")
+    print("kernels (op classes), by share of latency:")
+    for _, r in kernels.head(6).iterrows():
+        print(f"  {'*' if r['selected'] else ' '} {r['kernel']:<15} {r['ops']:4d} ops  {r['reason']}")
+    print("  (* = selected offload candidate)")
+    chosen = list(kernels.loc[kernels["selected"], "kernel"])
+    if chosen:
+        best = amd[amd["scenario"] == ("all selected" if len(chosen) > 1 else chosen[0])].iloc[0]
+        print(f"Amdahl, selected ({best['kernels']}): latency x{best['s_total_latency']:.2f} "
+              f"(f = {best['f_latency']:.2f}), energy x{best['s_total_energy']:.2f} (f = {best['f_energy']:.2f})")
+    else:
+        print("no kernel meets the criteria in configs/offload.yaml")
+    print(f"wrote {rdir / 'energy.csv'}, kernel_candidates.csv, amdahl.csv")
+
+
+if __name__ == "__main__":
+    cli.run(main)

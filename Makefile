@@ -1,0 +1,67 @@
+# The pipeline DAG. `make all` analyses MODEL (default: a locally built torchvision ResNet-50) into
+# results/<stem>/, rebuilding only what is stale. `make test` runs the tests. Both create .venv first.
+MODEL   ?= models/resnet50.onnx
+STEM    := $(basename $(notdir $(MODEL)))
+R       := results/$(STEM)
+PY      := .venv/bin/python
+VENV    := .venv/.installed
+HOST    ?= configs/host.yaml
+WORKLOAD ?= configs/workload.yaml
+OFFLOAD ?= configs/offload.yaml
+RUNS    ?= 10
+LIB     := $(wildcard lib/*.py)
+# extra flags for stage 01 / 02, e.g. PROFILE_ARGS="--threads 1"  SHAPE_ARGS="--shape-override 'input=1x3x224x224'"
+PROFILE_ARGS ?=
+SHAPE_ARGS   ?=
+
+.PHONY: all test calibrate clean venv help
+.DELETE_ON_ERROR:
+
+all: $(R)/plots/.done
+	@echo "done: results in $(R)/"
+
+help:
+	@echo "make all [MODEL=path.onnx]   run stages 01-06 into results/<stem>/ (default: $(MODEL))"
+	@echo "make test                    run the tests"
+	@echo "make calibrate               measure this host's peak FLOP/s and bandwidth into $(HOST)"
+	@echo "make clean                   remove results/ and models/"
+
+venv: $(VENV)
+$(VENV): requirements.txt
+	python3 -m venv .venv
+	.venv/bin/pip install -q --upgrade pip
+	.venv/bin/pip install -q -r requirements.txt
+	touch $@
+
+# the embedded default model, built locally from torchvision (random weights, nothing downloaded)
+models/resnet50.onnx: lib/export_models.py | $(VENV)
+	$(PY) -m lib.export_models resnet50 $@
+
+# 01 runs after 02 (order-only) so that profiling never shares the cores with another stage under make -j
+$(R)/ops_latency.csv: $(MODEL) 01_profile_onnx.py $(LIB) $(WORKLOAD) | $(VENV) $(R)/ops_metrics.csv
+	$(PY) 01_profile_onnx.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --runs $(RUNS) $(PROFILE_ARGS)
+
+$(R)/ops_metrics.csv: $(MODEL) 02_shapes_flops_bytes.py $(LIB) $(WORKLOAD) | $(VENV)
+	$(PY) 02_shapes_flops_bytes.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) $(SHAPE_ARGS)
+
+$(R)/ops_profile.csv: $(R)/ops_latency.csv $(R)/ops_metrics.csv 03_merge_profile_metrics.py $(LIB) $(HOST)
+	$(PY) 03_merge_profile_metrics.py --results $(R) --host $(HOST)
+
+$(R)/critical_path.csv: $(R)/ops_profile.csv 04_critical_path.py $(LIB)
+	$(PY) 04_critical_path.py --model $(MODEL) --results $(R)
+
+$(R)/energy.csv: $(R)/ops_profile.csv 05_energy_estimate.py $(LIB) $(HOST) $(OFFLOAD)
+	$(PY) 05_energy_estimate.py --model $(MODEL) --results $(R) --host $(HOST) --offload $(OFFLOAD)
+
+$(R)/plots/.done: $(R)/ops_profile.csv $(R)/critical_path.csv $(R)/energy.csv 06_plots.py $(LIB) $(HOST)
+	$(PY) 06_plots.py --results $(R) --host $(HOST)
+	touch $@
+
+calibrate: | $(VENV)
+	$(PY) -m lib.calibrate --host $(HOST)
+
+test: | $(VENV)
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf results models

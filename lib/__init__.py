@@ -1,0 +1,1 @@
+"""Shared logic of the analysis pipeline: every computation lives here, stage scripts only wire it."""

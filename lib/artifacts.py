@@ -1,0 +1,109 @@
+"""Where artifacts live, how they are written (atomically) and read (with the "run stage NN first" error)."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import StageError
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIGS = REPO / "configs"
+
+# artifact file -> the stage script that writes it (for the "run stage NN first" message)
+PRODUCER = {
+    "ops_latency.csv": "01_profile_onnx.py",
+    "profile_meta.json": "01_profile_onnx.py",
+    "ops_metrics.csv": "02_shapes_flops_bytes.py",
+    "metrics_meta.json": "02_shapes_flops_bytes.py",
+    "ops_profile.csv": "03_merge_profile_metrics.py",
+    "critical_path.csv": "04_critical_path.py",
+    "critical_path_meta.json": "04_critical_path.py",
+    "energy.csv": "05_energy_estimate.py",
+    "kernel_candidates.csv": "05_energy_estimate.py",
+    "amdahl.csv": "05_energy_estimate.py",
+}
+
+
+def results_dir(model: str | None, results: str | None) -> Path:
+    """results/<model-stem>/ from --model, or --results DIR as given."""
+    if results:
+        return Path(results)
+    if not model:
+        raise StageError("give --model PATH (or --results DIR)")
+    return REPO / "results" / Path(model).stem
+
+
+@contextmanager
+def atomic_path(path: Path):
+    """Yield a temp path in the same folder; rename onto `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix or ".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)
+
+
+def write_json(obj, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, default=_json_default) + "\n")
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (Path, datetime.date)):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def read_csv(rdir: Path, name: str, required_columns: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Read an earlier stage's CSV, or fail with the stage to run first."""
+    path = Path(rdir) / name
+    if not path.exists():
+        raise StageError(f"{path} not found: run {PRODUCER.get(name, 'the earlier stage')} first")
+    try:
+        df = pd.read_csv(path, keep_default_na=True)
+    except Exception as e:  # noqa: BLE001 - any parse failure is bad input
+        raise StageError(f"{path} is unreadable ({e}): re-run {PRODUCER.get(name, 'its stage')}") from None
+    missing = [c for c in required_columns if c not in df.columns]
+    if missing:
+        raise StageError(f"{path} lacks columns {missing}: re-run {PRODUCER.get(name, 'its stage')}")
+    return df
+
+
+def read_json(rdir: Path, name: str) -> dict:
+    path = Path(rdir) / name
+    if not path.exists():
+        raise StageError(f"{path} not found: run {PRODUCER.get(name, 'the earlier stage')} first")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise StageError(f"{path} is not valid JSON ({e}): re-run {PRODUCER.get(name, 'its stage')}") from None
+
+
+def versions() -> dict:
+    """Versions recorded next to every result, so a figure can be traced to its tools."""
+    out = {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine()}
+    for mod in ("numpy", "pandas", "onnx", "onnxruntime", "torch", "torchvision", "matplotlib"):
+        m = sys.modules.get(mod)
+        if m is not None:
+            out[mod] = getattr(m, "__version__", "?")
+    return out

@@ -1,0 +1,86 @@
+"""Per-node FLOPs, MACs and bytes (stage 02's table) from the indexed graph."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .graph import Graph, dtype_name
+from .op_costs import SHAPE_OPS, node_cost, op_class
+
+METRIC_COLUMNS = ["node", "op_type", "topo_idx", "flops", "macs", "act_in_bytes", "act_out_bytes",
+                  "weight_bytes", "dtype", "out_shapes", "cost_known", "shape_op", "op_class"]
+
+
+def _bytes(g: Graph, names) -> tuple[int, bool]:
+    """Sum of tensor bytes and whether every size was known."""
+    total, known = 0, True
+    for t in names:
+        if not t:
+            continue
+        info = g.tensors.get(t)
+        b = None if info is None else info.nbytes
+        if b is None:
+            known = False
+        else:
+            total += b
+    return total, known
+
+
+def constant_tensors(g: Graph) -> set[str]:
+    """Initializers and Constant-node outputs: weights, counted as weight bytes rather than activations."""
+    out = set(g.initializers)
+    for n in g.nodes:
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            out.update(o for o in n.output if o)
+    return out
+
+
+def node_metrics(g: Graph) -> pd.DataFrame:
+    consts = constant_tensors(g)
+    rows = []
+    for pos, n in enumerate(g.nodes):
+        cost = node_cost(n, g)
+        acts = [t for t in n.input if t and t not in consts]
+        wts = [t for t in n.input if t and t in consts]
+        act_in, in_ok = _bytes(g, acts)
+        w_bytes, w_ok = _bytes(g, wts)
+        outs = [t for t in n.output if t]
+        act_out, out_ok = _bytes(g, outs)
+        main = g.tensors.get(outs[0]) if outs else None
+        if n.op_type in ("QuantizeLinear", "Cast") or main is None:
+            first_in = g.tensors.get(n.input[0]) if n.input else None
+            main = first_in or main
+        shapes = ";".join("x".join(str(d) for d in (g.tensors[t].shape or [])) if t in g.tensors and
+                          g.tensors[t].shape is not None else "?" for t in outs)
+        rows.append({
+            "node": g.names[pos],
+            "op_type": n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}:{n.op_type}",
+            "topo_idx": pos,
+            "flops": np.nan if cost is None else cost[0],
+            "macs": np.nan if cost is None else cost[1],
+            "act_in_bytes": act_in if in_ok else np.nan,
+            "act_out_bytes": act_out if out_ok else np.nan,
+            "weight_bytes": w_bytes if w_ok else np.nan,
+            "dtype": dtype_name(main.elem_type) if main is not None else "unknown",
+            "out_shapes": shapes,
+            "cost_known": cost is not None,
+            "shape_op": n.op_type in SHAPE_OPS,
+            "op_class": op_class(n, g),
+        })
+    return pd.DataFrame(rows, columns=METRIC_COLUMNS)
+
+
+def summarize(df: pd.DataFrame) -> dict:
+    mac_ops = df["op_type"].isin(["Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum"])
+    unknown = df.loc[~df["cost_known"], "op_type"]
+    return {
+        "nodes": int(len(df)),
+        "total_macs": float(df["macs"].sum()),
+        "total_flops": float(df["flops"].sum()),
+        "conv_gemm_matmul_macs": float(df.loc[mac_ops, "macs"].sum()),
+        "weight_bytes": float(df["weight_bytes"].sum()),
+        "act_out_bytes": float(df["act_out_bytes"].sum()),
+        "unknown_cost_nodes": int(len(unknown)),
+        "unknown_cost_ops": dict(unknown.value_counts().sort_index()),
+        "op_counts": dict(df["op_type"].value_counts().sort_index()),
+    }

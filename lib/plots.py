@@ -1,0 +1,112 @@
+"""Stage 06's pictures: roofline scatter, energy breakdown, critical-path Gantt, latency by op class."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .artifacts import atomic_path  # noqa: E402
+from .host import per_dtype  # noqa: E402
+
+
+def save(fig, out_dir: Path, name: str) -> list[Path]:
+    out = []
+    for ext in ("png", "svg"):
+        path = out_dir / f"{name}.{ext}"
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=ext, dpi=130, bbox_inches="tight")
+        out.append(path)
+    plt.close(fig)
+    return out
+
+
+def _colors(keys):
+    cmap = plt.get_cmap("tab10")
+    return {k: cmap(i % 10) for i, k in enumerate(keys)}
+
+
+def roofline_plot(prof: pd.DataFrame, host: dict, title: str):
+    df = prof[(prof["achieved_gflops"] > 0) & (prof["ai_flop_per_byte"] > 0)]
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    bw = float(host["mem_bw_bytes_per_s"])
+    dtypes = sorted(set(prof["dtype"])) or ["default"]
+    ai = np.logspace(-2, 4, 200)
+    for d in dtypes:
+        peak = per_dtype(host["peak_flops_per_s"], d)
+        ax.plot(ai, np.minimum(peak, bw * ai) / 1e9, "k-" if d in ("float", "default") else "k--", lw=1.2,
+                label=f"roof {d}: {peak / 1e9:.0f} GFLOP/s, {bw / 1e9:.1f} GB/s")
+    classes = sorted(set(df["op_class"]))
+    col = _colors(classes)
+    for c in classes:
+        sub = df[df["op_class"] == c]
+        ax.scatter(sub["ai_flop_per_byte"], sub["achieved_gflops"], s=10 + 200 * sub["pct_latency"] / 100 * 5,
+                   color=col[c], alpha=0.7, edgecolor="k", linewidth=0.3, label=f"{c} ({len(sub)})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
+    ax.set_ylabel("achieved GFLOP/s (measured latency)")
+    ax.set_title(f"{title}: roofline (marker area ~ share of latency)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def energy_plot(energy: pd.DataFrame, title: str):
+    by = energy.groupby("op_class")[["e_compute_j", "e_mem_j", "e_measured_j"]].sum()
+    by = by.sort_values("e_compute_j", ascending=True)
+    fig, ax = plt.subplots(figsize=(8, 0.4 * len(by) + 1.8))
+    y = np.arange(len(by))
+    h = 0.38
+    ax.barh(y + h / 2, by["e_compute_j"] * 1e3, h, label="component model: compute", color="tab:blue")
+    ax.barh(y + h / 2, by["e_mem_j"] * 1e3, h, left=by["e_compute_j"] * 1e3, label="component model: data movement",
+            color="tab:orange")
+    if by["e_measured_j"].notna().any() and by["e_measured_j"].sum() > 0:
+        ax.barh(y - h / 2, by["e_measured_j"] * 1e3, h, label="measured-power model: P_avg x latency", color="tab:gray")
+    ax.set_yticks(y, by.index)
+    ax.set_xlabel("energy per inference (mJ)")
+    ax.set_title(f"{title}: energy by op class")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(True, axis="x", alpha=0.3)
+    return fig
+
+
+def gantt_plot(cp: pd.DataFrame, title: str, max_labels: int = 12):
+    fig, ax = plt.subplots(figsize=(10, 0.16 * len(cp) + 1.5))
+    classes = sorted(set(cp["op_type"]))
+    col = _colors(classes)
+    y = np.arange(len(cp))[::-1]
+    ax.barh(y, cp["latency_us"] / 1e3, left=cp["start_us"] / 1e3, color=[col[c] for c in cp["op_type"]],
+            edgecolor="k", linewidth=0.2)
+    longest = set(cp["latency_us"].nlargest(max_labels).index)
+    for i, r in cp.iterrows():
+        if i in longest and r["latency_us"] > 0:
+            ax.text(r["finish_us"] / 1e3, y[i], f" {r['node']}", va="center", fontsize=6)
+    ax.set_yticks([])
+    ax.set_ylabel(f"critical-path nodes in order ({len(cp)})")
+    ax.set_xlabel("time (ms)")
+    ax.set_title(f"{title}: critical path ({cp['finish_us'].max() / 1e3:.2f} ms)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=col[c]) for c in classes]
+    ax.legend(handles, classes, fontsize=7, loc="upper right", ncol=2)
+    ax.grid(True, axis="x", alpha=0.3)
+    return fig
+
+
+def latency_by_class_plot(prof: pd.DataFrame, title: str):
+    by = prof.groupby("op_class").agg(measured=("latency_us", "sum"), roofline=("t_roofline_us", "sum"))
+    by = by.sort_values("measured" if by["measured"].sum() > 0 else "roofline")
+    fig, ax = plt.subplots(figsize=(8, 0.4 * len(by) + 1.8))
+    y = np.arange(len(by))
+    h = 0.38
+    ax.barh(y + h / 2, by["measured"] / 1e3, h, label="measured (ORT kernels)", color="tab:blue")
+    ax.barh(y - h / 2, by["roofline"] / 1e3, h, label="roofline lower bound", color="tab:green")
+    ax.set_yticks(y, by.index)
+    ax.set_xlabel("time per inference (ms)")
+    ax.set_title(f"{title}: where the time goes, by op class")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(True, axis="x", alpha=0.3)
+    return fig

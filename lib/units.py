@@ -1,0 +1,16 @@
+"""Human-readable figures with their units (SI prefixes for counts, binary-free decimal bytes)."""
+import math
+
+
+def fmt_count(x: float) -> str:
+    """1.23e9 -> '1.23 G' (append the unit: 'FLOP', 'MAC')."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a "
+    for div, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g} {prefix}"
+    return f"{x:.3g} "
+
+
+def fmt_bytes(x: float) -> str:
+    return f"{fmt_count(x)}B"
