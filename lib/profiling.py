@@ -74,6 +74,7 @@ def load_npz_inputs(path: str, model: onnx.ModelProto) -> dict[str, np.ndarray]:
 def _session(model_path: str, provider: str, threads: int, opt_level: str, profile_prefix: str,
              optimized_path: str):
     import onnxruntime as ort
+    ort.set_default_logger_severity(4)   # ORT's own log lines would break the one-line error contract
     if provider not in PROVIDERS:
         raise StageError(f"unknown --provider {provider}: choose from {', '.join(PROVIDERS)}")
     ep = PROVIDERS[provider]
@@ -85,7 +86,7 @@ def _session(model_path: str, provider: str, threads: int, opt_level: str, profi
     so.profile_file_prefix = profile_prefix
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPT_LEVELS[opt_level])
     so.optimized_model_filepath = optimized_path
-    so.log_severity_level = 3
+    so.log_severity_level = 4   # fatal only: a failed load must print our one line, not ORT's log
     if threads:
         so.intra_op_num_threads = threads
     try:

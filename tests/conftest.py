@@ -1,0 +1,76 @@
+"""Helpers: tiny onnx.helper graphs, running stage scripts as a user would, torchvision exports."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def tensor(name, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def weight(name, shape, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    return numpy_helper.from_array(rng.standard_normal(shape).astype(dtype), name)
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17, path=None):
+    g = helper.make_graph(nodes, "tiny", inputs, outputs, initializer=list(initializers))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    if path is not None:
+        onnx.save(m, str(path))
+    return m
+
+
+def run_stage(script, *args, cwd=REPO):
+    """Run a stage script in a subprocess; returns CompletedProcess with text stdout/stderr."""
+    return subprocess.run([sys.executable, str(REPO / script), *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def small_cnn(path):
+    """Conv -> BN -> Relu -> Conv -> Add(skip) -> Relu -> GlobalAveragePool -> Flatten -> Gemm."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "s", "bb", "m", "v"], ["n1"], name="bn1"),
+        helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "r1"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["r2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["r2"], ["p"], name="gap"),
+        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], name="fc", transB=1),
+    ]
+    inits = [weight("w1", (16, 3, 3, 3)), weight("b1", (16,)), weight("s", (16,), seed=1),
+             weight("bb", (16,), seed=2), weight("m", (16,), seed=3),
+             numpy_helper.from_array(np.ones(16, np.float32), "v"),
+             weight("w2", (16, 16, 3, 3), seed=4), weight("wf", (10, 16), seed=5), weight("bf", (10,), seed=6)]
+    return make_model(nodes, [tensor("x", [1, 3, 32, 32])], [tensor("y", [1, 10])], inits, path=path)
+
+
+@pytest.fixture(scope="session")
+def tv_models(tmp_path_factory):
+    """torchvision exports, built once per session (random weights, nothing downloaded)."""
+    from lib.export_models import export_torchvision
+    cache = Path(os.environ.get("TV_MODEL_CACHE", tmp_path_factory.mktemp("tv")))
+    built = {}
+
+    def get(name):
+        if name not in built:
+            path = cache / f"{name}.onnx"
+            if not path.exists():
+                export_torchvision(name, path)
+            built[name] = path
+        return built[name]
+    return get

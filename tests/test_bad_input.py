@@ -1,0 +1,129 @@
+"""Bad input: exit code 2, one clear line on stderr, no traceback, nothing written."""
+import shutil
+
+import pytest
+from onnx import helper
+
+from conftest import make_model, run_stage, small_cnn, tensor
+
+MODEL_STAGES = ["01_profile_onnx.py", "02_shapes_flops_bytes.py"]
+
+
+def assert_clean_error(r, *needles):
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "Traceback" not in r.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.fixture
+def good(tmp_path):
+    path = tmp_path / "cnn.onnx"
+    small_cnn(path)
+    return path
+
+
+@pytest.mark.parametrize("stage", MODEL_STAGES + ["04_critical_path.py", "05_energy_estimate.py"])
+def test_missing_model_file(tmp_path, stage):
+    rdir = tmp_path / "res"
+    r = run_stage(stage, "--model", tmp_path / "nope.onnx", "--results", rdir)
+    if stage in MODEL_STAGES:
+        assert_clean_error(r, "not found")
+    else:
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert not rdir.exists() or not any(rdir.iterdir())
+
+
+@pytest.mark.parametrize("stage", MODEL_STAGES)
+def test_corrupt_and_truncated_model(tmp_path, good, stage):
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"\x08\x07this is not a protobuf\xff\xff\xff\xff" * 50)
+    truncated = tmp_path / "truncated.onnx"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    for bad in (corrupt, truncated):
+        rdir = tmp_path / f"res_{bad.stem}"
+        assert_clean_error(run_stage(stage, "--model", bad, "--results", rdir), bad.name)
+        assert not rdir.exists() or not any(rdir.glob("*.csv"))
+
+
+def unknown_op_model(path):
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Frobnicate", ["r"], ["y"], name="mystery", domain="com.example")]
+    m = make_model(nodes, [tensor("x", [1, 4])], [tensor("y", [1, 4])])
+    m.opset_import.append(helper.make_opsetid("com.example", 1))
+    import onnx
+    onnx.save(m, str(path))
+
+
+def test_unknown_op(tmp_path):
+    model = tmp_path / "odd.onnx"
+    unknown_op_model(model)
+    # 01: ONNX Runtime has no kernel for it -> clear error
+    assert_clean_error(run_stage("01_profile_onnx.py", "--model", model, "--results", tmp_path / "a"),
+                       "ONNX Runtime cannot load")
+    # 02: flagged, counted and listed (exit 0) ... or an error when asked to be strict
+    r = run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path / "b")
+    assert r.returncode == 0 and "UNKNOWN COST: 1 nodes" in r.stdout and "com.example:Frobnicate" in r.stdout
+    r = run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path / "c", "--fail-on-unknown")
+    assert_clean_error(r, "com.example:Frobnicate")
+    assert not (tmp_path / "c").exists()
+
+
+def test_unresolved_dynamic_dims(tmp_path):
+    model = tmp_path / "dyn.onnx"
+    make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", ["frames", 8])],
+               [tensor("y", None)], path=model)
+    for stage in MODEL_STAGES:
+        assert_clean_error(run_stage(stage, "--model", model, "--results", tmp_path / "r"),
+                           "unresolved dynamic dims", "x[0]=frames")
+    r = run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path / "r", "--shape-override", "x=3x8")
+    assert r.returncode == 0, r.stderr
+    assert_clean_error(run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path / "r",
+                                 "--shape-override", "x=3by8"), "bad --shape-override")
+
+
+@pytest.mark.parametrize("stage,needs", [("03_merge_profile_metrics.py", "02_shapes_flops_bytes.py"),
+                                         ("04_critical_path.py", "03_merge_profile_metrics.py"),
+                                         ("05_energy_estimate.py", "03_merge_profile_metrics.py"),
+                                         ("06_plots.py", "03_merge_profile_metrics.py")])
+def test_missing_prerequisite_names_the_stage(tmp_path, good, stage, needs):
+    rdir = tmp_path / "res"
+    assert_clean_error(run_stage(stage, "--model", good, "--results", rdir), f"run {needs} first")
+
+
+def test_stage_chain_prerequisites_and_bad_configs(tmp_path, good):
+    rdir = tmp_path / "res"
+    assert run_stage("02_shapes_flops_bytes.py", "--model", good, "--results", rdir).returncode == 0
+    bad_host = tmp_path / "host.yaml"
+    bad_host.write_text("peak_flops_per_s: [oops\n")
+    assert_clean_error(run_stage("03_merge_profile_metrics.py", "--results", rdir, "--host", bad_host), "not valid YAML")
+    bad_host.write_text("peak_flops_per_s: {default: -1}\nmem_bw_bytes_per_s: 1e9\navg_power_w: 5\nenergy: {}\n")
+    assert_clean_error(run_stage("03_merge_profile_metrics.py", "--results", rdir, "--host", bad_host), "positive")
+    # 03 without 01 works (roofline only); 04 then weights by roofline time
+    r = run_stage("03_merge_profile_metrics.py", "--results", rdir)
+    assert r.returncode == 0 and "roofline only" in r.stdout
+    r = run_stage("04_critical_path.py", "--model", good, "--results", rdir)
+    assert r.returncode == 0 and "roofline" in r.stdout
+    assert_clean_error(run_stage("04_critical_path.py", "--model", good, "--results", rdir, "--weight", "measured"),
+                       "run 01_profile_onnx.py")
+    # results of another model: refused, not silently mixed
+    other = tmp_path / "other.onnx"
+    make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", [2])], [tensor("y", [2])], path=other)
+    assert_clean_error(run_stage("04_critical_path.py", "--model", other, "--results", rdir), "does not match")
+    # a half-written CSV from elsewhere is reported, with the stage to re-run
+    (rdir / "ops_profile.csv").write_text("node,op_type\n")
+    assert_clean_error(run_stage("05_energy_estimate.py", "--model", good, "--results", rdir), "re-run 03")
+    bad_npz = tmp_path / "in.npz"
+    bad_npz.write_bytes(b"nope")
+    assert_clean_error(run_stage("01_profile_onnx.py", "--model", good, "--results", rdir, "--inputs-npz", bad_npz),
+                       "not a readable .npz")
+    assert_clean_error(run_stage("01_profile_onnx.py", "--model", good, "--results", rdir, "--provider", "tensorrt"),
+                       "not available")
+
+
+def test_help_explains_every_stage():
+    for s in MODEL_STAGES + ["03_merge_profile_metrics.py", "04_critical_path.py", "05_energy_estimate.py", "06_plots.py"]:
+        r = run_stage(s, "--help")
+        assert r.returncode == 0 and "--model" in r.stdout and "Stage 0" in r.stdout
