@@ -83,8 +83,18 @@ def test_end_to_end_resnet18_matches_flop_counter(tv_models, tmp_path):
     assert ours == pytest.approx(fc.get_total_flops() / 2, rel=1e-6)
 
 
-# torchvision's documented "GFLOPS" are MACs (one fused multiply-add = 1)
+# torchvision's documented "GFLOPS" are MACs (one fused multiply-add = 1), rounded to 2 decimals
 DOCUMENTED_GMACS = {"resnet50": 4.09, "resnet18": 1.81, "mobilenet_v2": 0.30, "efficientnet_b0": 0.39}
+
+
+def flop_counter_macs(name):
+    import torch
+    import torchvision
+    from torch.utils.flop_counter import FlopCounterMode
+    net = torchvision.models.get_model(name, weights=None).eval()
+    with FlopCounterMode(display=False) as fc, torch.no_grad():
+        net(torch.randn(1, 3, 224, 224))
+    return fc.get_total_flops() / 2
 
 
 @pytest.mark.parametrize("name", list(DOCUMENTED_GMACS))
@@ -95,5 +105,9 @@ def test_macs_match_torchvision_documentation(tv_models, tmp_path, name):
     df = pd.read_csv(tmp_path / "ops_metrics.csv")
     assert df["cost_known"].all(), df.loc[~df["cost_known"], "op_type"].unique()
     macs = df.loc[df["op_type"].isin(["Conv", "Gemm", "MatMul"]), "macs"].sum()
-    assert macs / 1e9 == pytest.approx(DOCUMENTED_GMACS[name], rel=0.01)
+    # the documented figure, to the 2 decimals it is published with (efficientnet_b0: 0.3858 -> 0.39) ...
+    assert round(macs / 1e9, 2) == DOCUMENTED_GMACS[name]
+    assert macs / 1e9 == pytest.approx(DOCUMENTED_GMACS[name], rel=0.015)
+    # ... and exactly PyTorch's own count on the same network
+    assert macs == pytest.approx(flop_counter_macs(name), rel=1e-6)
     assert "MAC " in r.stdout and "FLOP" in r.stdout     # every printed figure carries its unit
