@@ -7,7 +7,7 @@ README); the share of kernel time that lands on original nodes is reported as co
 from lib import cli
 from lib.errors import StageError
 from lib.artifacts import results_dir, versions, write_csv, write_json
-from lib.graph import prepare
+from lib.graph import load_workload, prepare
 from lib.profiling import OPT_LEVELS, PROVIDERS, latency_table, load_npz_inputs, percentiles, profile_model, random_inputs
 
 
@@ -29,7 +29,6 @@ def main(argv=None):
         raise StageError("--runs must be >= 1, --warmup and --threads >= 0")
     rdir = results_dir(a.model, a.results)
     g, shapes = prepare(a.model, a.shape_override, a.workload)
-    from lib.graph import load_workload
     seed = a.seed if a.seed is not None else int(load_workload(a.workload).get("seed", 0))
     feeds = load_npz_inputs(a.inputs_npz, g.model) if a.inputs_npz else random_inputs(g.model, shapes, seed)
     print(f"profiling {a.model}: {len(g.nodes)} nodes, {a.warmup} warm-up + {a.runs} runs on {a.provider}")

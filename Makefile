@@ -14,6 +14,15 @@ LIB     := $(wildcard lib/*.py)
 PROFILE_ARGS ?=
 SHAPE_ARGS   ?=
 
+# a user's MODEL that does not exist: one clear line instead of make's "No rule to make target"
+ifneq ($(filter all,$(or $(MAKECMDGOALS),all)),)
+ifneq ($(MODEL),models/resnet50.onnx)
+ifeq ($(wildcard $(MODEL)),)
+$(error MODEL=$(MODEL) not found (give the path of an ONNX file, or leave MODEL unset for the default ResNet-50))
+endif
+endif
+endif
+
 .PHONY: all test calibrate clean venv help
 .DELETE_ON_ERROR:
 

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from .errors import StageError
 
@@ -97,6 +98,22 @@ def read_json(rdir: Path, name: str) -> dict:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise StageError(f"{path} is not valid JSON ({e}): re-run {PRODUCER.get(name, 'its stage')}") from None
+
+
+def load_yaml(path: str | Path, what: str) -> dict:
+    """A YAML config as a mapping, or StageError naming the file and the problem."""
+    path = Path(path)
+    if not path.exists():
+        raise StageError(f"{what} {path} not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise StageError(f"{what} {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise StageError(f"{what} {path} must be a mapping of keys to values")
+    return data
 
 
 def versions() -> dict:

@@ -5,22 +5,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
+from .artifacts import load_yaml
 from .errors import StageError
 from .host import per_dtype
 
 
 def load_offload(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.exists():
-        raise StageError(f"offload config {path} not found")
-    try:
-        c = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise StageError(f"offload config {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    c = load_yaml(path, "offload config")
     for key in ("criteria", "speedup", "energy_gain"):
-        if not isinstance(c, dict) or not isinstance(c.get(key), dict):
+        if not isinstance(c.get(key), dict):
             raise StageError(f"offload config {path} lacks the '{key}' mapping")
     for key in ("speedup", "energy_gain"):
         for k, v in c[key].items():

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import yaml
 from onnx import TensorProto, helper, shape_inference
 
+from .artifacts import load_yaml
 from .errors import StageError
 
 
@@ -44,18 +44,7 @@ def parse_shape_overrides(items: list[str]) -> dict[str, list[int]]:
 
 
 def load_workload(path: str | Path | None) -> dict:
-    if not path:
-        return {}
-    path = Path(path)
-    if not path.exists():
-        raise StageError(f"workload config {path} not found")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise StageError(f"workload config {path} is not valid YAML: {str(e).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise StageError(f"workload config {path} must be a mapping")
-    return data
+    return load_yaml(path, "workload config") if path else {}
 
 
 def _initializer_names(graph: onnx.GraphProto) -> set[str]:

@@ -3,23 +3,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
+from .artifacts import load_yaml
 from .errors import StageError
 
 REQUIRED = ("peak_flops_per_s", "mem_bw_bytes_per_s", "avg_power_w", "energy")
 
 
 def load_host(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.exists():
-        raise StageError(f"host config {path} not found (copy configs/host.yaml or run `make calibrate`)")
-    try:
-        h = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise StageError(f"host config {path} is not valid YAML: {str(e).splitlines()[0]}") from None
-    if not isinstance(h, dict):
-        raise StageError(f"host config {path} must be a mapping")
+    h = load_yaml(path, "host config")
     missing = [k for k in REQUIRED if k not in h]
     if missing:
         raise StageError(f"host config {path} lacks {missing}")

@@ -56,22 +56,32 @@ def roofline_plot(prof: pd.DataFrame, host: dict, title: str):
     return fig
 
 
+def _class_axes(classes, title: str, xlabel: str):
+    """Horizontal bar chart frame, one row per op class: (fig, ax, y positions, bar height)."""
+    fig, ax = plt.subplots(figsize=(8, 0.4 * len(classes) + 1.8))
+    y = np.arange(len(classes))
+    ax.set_yticks(y, classes)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.grid(True, axis="x", alpha=0.3)
+    return fig, ax, y, 0.38
+
+
 def energy_plot(energy: pd.DataFrame, title: str):
     by = energy.groupby("op_class")[["e_compute_j", "e_mem_j", "e_measured_j"]].sum()
     by = by.sort_values("e_compute_j", ascending=True)
-    fig, ax = plt.subplots(figsize=(8, 0.4 * len(by) + 1.8))
-    y = np.arange(len(by))
-    h = 0.38
+    fig, ax, y, h = _class_axes(by.index, f"{title}: energy by op class", "energy per inference (mJ)")
     ax.barh(y + h / 2, by["e_compute_j"] * 1e3, h, label="component model: compute", color="tab:blue")
     ax.barh(y + h / 2, by["e_mem_j"] * 1e3, h, left=by["e_compute_j"] * 1e3, label="component model: data movement",
             color="tab:orange")
     if by["e_measured_j"].notna().any() and by["e_measured_j"].sum() > 0:
         ax.barh(y - h / 2, by["e_measured_j"] * 1e3, h, label="measured-power model: P_avg x latency", color="tab:gray")
-    ax.set_yticks(y, by.index)
-    ax.set_xlabel("energy per inference (mJ)")
-    ax.set_title(f"{title}: energy by op class")
+    for yi, (_, r) in zip(y, by.iterrows()):
+        comp = (r["e_compute_j"] + r["e_mem_j"]) * 1e3
+        ax.text(comp, yi + h / 2, f" {comp:.3g}", va="center", fontsize=7)
+        if r["e_measured_j"] > 0:
+            ax.text(r["e_measured_j"] * 1e3, yi - h / 2, f" {r['e_measured_j'] * 1e3:.3g}", va="center", fontsize=7)
     ax.legend(fontsize=8, loc="lower right")
-    ax.grid(True, axis="x", alpha=0.3)
     return fig
 
 
@@ -99,14 +109,8 @@ def gantt_plot(cp: pd.DataFrame, title: str, max_labels: int = 12):
 def latency_by_class_plot(prof: pd.DataFrame, title: str):
     by = prof.groupby("op_class").agg(measured=("latency_us", "sum"), roofline=("t_roofline_us", "sum"))
     by = by.sort_values("measured" if by["measured"].sum() > 0 else "roofline")
-    fig, ax = plt.subplots(figsize=(8, 0.4 * len(by) + 1.8))
-    y = np.arange(len(by))
-    h = 0.38
+    fig, ax, y, h = _class_axes(by.index, f"{title}: where the time goes, by op class", "time per inference (ms)")
     ax.barh(y + h / 2, by["measured"] / 1e3, h, label="measured (ORT kernels)", color="tab:blue")
     ax.barh(y - h / 2, by["roofline"] / 1e3, h, label="roofline lower bound", color="tab:green")
-    ax.set_yticks(y, by.index)
-    ax.set_xlabel("time per inference (ms)")
-    ax.set_title(f"{title}: where the time goes, by op class")
     ax.legend(fontsize=8, loc="lower right")
-    ax.grid(True, axis="x", alpha=0.3)
     return fig

@@ -108,6 +108,11 @@ def test_stage_chain_prerequisites_and_bad_configs(tmp_path, good):
     assert r.returncode == 0 and "roofline" in r.stdout
     assert_clean_error(run_stage("04_critical_path.py", "--model", good, "--results", rdir, "--weight", "measured"),
                        "run 01_profile_onnx.py")
+    # a corrupt model next to good artifacts
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"garbage" * 10)
+    for stage in ("04_critical_path.py", "05_energy_estimate.py"):
+        assert_clean_error(run_stage(stage, "--model", corrupt, "--results", rdir), "corrupt or truncated")
     # results of another model: refused, not silently mixed
     other = tmp_path / "other.onnx"
     make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", [2])], [tensor("y", [2])], path=other)
