@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Stage 06: plots into results/<stem>/plots/ (PNG and SVG): roofline scatter, energy breakdown,
-critical-path Gantt chart, and measured vs roofline time by op class."""
+critical-path Gantt chart, measured vs roofline time by op class, and, when stage 07 ran, the split plots
+(Comm(b) with the top-k marked, FLOPs balance, Pareto fronts, estimated two-device latency)."""
 from lib import cli
-from lib.artifacts import read_csv, results_dir
+from lib.artifacts import read_csv, read_json, results_dir
 from lib.host import load_host
-from lib.plots import energy_plot, gantt_plot, latency_by_class_plot, roofline_plot, save
+from lib.plots import energy_plot, gantt_plot, latency_by_class_plot, roofline_plot, save, split_plots
 
 
 def main(argv=None):
@@ -23,6 +24,14 @@ def main(argv=None):
     written += save(energy_plot(energy, title), out, "energy_breakdown")
     written += save(gantt_plot(cp, title), out, "critical_path_gantt")
     written += save(latency_by_class_plot(prof, title), out, "latency_by_class")
+    if (rdir / "boundaries.csv").exists():
+        bd = read_csv(rdir, "boundaries.csv", ("boundary", "comm_bytes", "flops_left", "flops_right", "pruned", "rank"))
+        pareto = read_csv(rdir, "pareto_export.csv", ("front", "boundary"))
+        top_k = int(read_json(rdir, "system_config.json").get("ranking", {}).get("top_k", 10))
+        for name, fig in split_plots(bd, pareto, title, top_k).items():
+            written += save(fig, out, name)
+    else:
+        print("note: no boundaries.csv (run 07_split_candidates.py for the split plots)")
     print(f"wrote {len(written)} files to {out}/: " + ", ".join(sorted({w.stem for w in written})))
 
 

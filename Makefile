@@ -8,6 +8,7 @@ VENV    := .venv/.installed
 HOST    ?= configs/host.yaml
 WORKLOAD ?= configs/workload.yaml
 OFFLOAD ?= configs/offload.yaml
+SYSTEM  ?= configs/system.yaml
 RUNS    ?= 10
 LIB     := $(wildcard lib/*.py)
 # extra flags for stage 01 / 02, e.g. PROFILE_ARGS="--threads 1"  SHAPE_ARGS="--shape-override 'input=1x3x224x224'"
@@ -30,7 +31,7 @@ all: $(R)/plots/.done
 	@echo "done: results in $(R)/"
 
 help:
-	@echo "make all [MODEL=path.onnx]   run stages 01-06 into results/<stem>/ (default: $(MODEL))"
+	@echo "make all [MODEL=path.onnx]   run stages 01-07 into results/<stem>/ (default: $(MODEL))"
 	@echo "make test                    run the tests"
 	@echo "make calibrate               measure this host's peak FLOP/s and bandwidth into $(HOST)"
 	@echo "make clean                   remove results/ and models/"
@@ -62,7 +63,11 @@ $(R)/critical_path.csv: $(R)/ops_profile.csv 04_critical_path.py $(LIB)
 $(R)/energy.csv: $(R)/ops_profile.csv 05_energy_estimate.py $(LIB) $(HOST) $(OFFLOAD)
 	$(PY) 05_energy_estimate.py --model $(MODEL) --results $(R) --host $(HOST) --offload $(OFFLOAD)
 
-$(R)/plots/.done: $(R)/ops_profile.csv $(R)/critical_path.csv $(R)/energy.csv 06_plots.py $(LIB) $(HOST)
+# 07 uses 02's costs and 01's latencies (device A "measured"), and the two-device system
+$(R)/boundaries.csv: $(R)/ops_metrics.csv $(R)/ops_latency.csv 07_split_candidates.py $(LIB) $(SYSTEM) $(WORKLOAD)
+	$(PY) 07_split_candidates.py --model $(MODEL) --results $(R) --system $(SYSTEM) --workload $(WORKLOAD) $(SHAPE_ARGS)
+
+$(R)/plots/.done: $(R)/ops_profile.csv $(R)/critical_path.csv $(R)/energy.csv $(R)/boundaries.csv 06_plots.py $(LIB) $(HOST)
 	$(PY) 06_plots.py --results $(R) --host $(HOST)
 	touch $@
 

@@ -30,6 +30,9 @@ PRODUCER = {
     "energy.csv": "05_energy_estimate.py",
     "kernel_candidates.csv": "05_energy_estimate.py",
     "amdahl.csv": "05_energy_estimate.py",
+    "boundaries.csv": "07_split_candidates.py",
+    "pareto_export.csv": "07_split_candidates.py",
+    "system_config.json": "07_split_candidates.py",
 }
 
 

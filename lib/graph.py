@@ -280,6 +280,20 @@ def build_graph(model: onnx.ModelProto) -> Graph:
                  producer=producer, consumers=consumers, file_order=file_order)
 
 
+def constant_tensors(g: Graph) -> set[str]:
+    """Initializers, Constant outputs and everything computed from them alone (weights behind Identity, Cast,
+    DequantizeLinear, Reshape ...): they travel with the part that uses them and count as weights."""
+    const = set(g.initializers)
+    for n in g.nodes:  # topological order: a node's inputs are decided before its outputs
+        ins = [t for t in n.input if t]
+        if all(t in const for t in ins) and n.op_type not in RANDOM_OPS:
+            const.update(o for o in n.output if o)
+    return const
+
+
+RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+
+
 def prepare(path: str | Path, overrides: list[str] | None = None, workload: str | Path | None = None,
             ) -> tuple[Graph, dict[str, list[int]]]:
     """Load, fix input shapes (overrides > workload symbolic_dims > the file's own), infer, index."""

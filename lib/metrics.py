@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .graph import Graph, dtype_name
+from .graph import Graph, constant_tensors, dtype_name
 from .op_costs import SHAPE_OPS, node_cost, op_class
 
 METRIC_COLUMNS = ["node", "op_type", "topo_idx", "flops", "macs", "act_in_bytes", "act_out_bytes",
@@ -24,15 +24,6 @@ def _bytes(g: Graph, names) -> tuple[int, bool]:
         else:
             total += b
     return total, known
-
-
-def constant_tensors(g: Graph) -> set[str]:
-    """Initializers and Constant-node outputs: weights, counted as weight bytes rather than activations."""
-    out = set(g.initializers)
-    for n in g.nodes:
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-            out.update(o for o in n.output if o)
-    return out
 
 
 def node_metrics(g: Graph) -> pd.DataFrame:

@@ -114,3 +114,63 @@ def latency_by_class_plot(prof: pd.DataFrame, title: str):
     ax.barh(y - h / 2, by["roofline"] / 1e3, h, label="roofline lower bound", color="tab:green")
     ax.legend(fontsize=8, loc="lower right")
     return fig
+
+
+def split_plots(bd: pd.DataFrame, pareto: pd.DataFrame, title: str, top_k: int = 10) -> dict:
+    """The split-point pictures of stage 07's boundaries.csv: {name: figure}."""
+    top = bd[bd["rank"] <= top_k]
+    b = bd["boundary"]
+    figs = {}
+    fig, ax = plt.subplots(figsize=(10, 4))
+    ax.plot(b, bd["comm_bytes"] / 1024, lw=1, color="tab:blue", label="Comm(b)")
+    ax.scatter(b[bd["pruned"]], bd.loc[bd["pruned"], "comm_bytes"] / 1024, s=6, color="lightgray", label="pruned", zorder=2)
+    ax.scatter(top["boundary"], top["comm_bytes"] / 1024, s=40, color="tab:red", zorder=3, label=f"top {len(top)}")
+    for _, r in top.iterrows():
+        ax.annotate(str(int(r["rank"])), (r["boundary"], r["comm_bytes"] / 1024), fontsize=7,
+                    xytext=(0, 5), textcoords="offset points", ha="center")
+    ax.set_yscale("log")
+    ax.set_xlabel("boundary b (cut after node b, topological order)")
+    ax.set_ylabel("activation bytes crossing (KiB)")
+    ax.set_title(f"{title}: communication per boundary")
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
+    figs["split_comm"] = fig
+    fig, ax = plt.subplots(figsize=(10, 4))
+    ax.plot(b, bd["flops_left"] / 1e9, label="left part", color="tab:blue")
+    ax.plot(b, bd["flops_right"] / 1e9, label="right part", color="tab:orange")
+    for x in top["boundary"]:
+        ax.axvline(x, color="tab:red", lw=0.6, alpha=0.5)
+    ax.set_xlabel("boundary b")
+    ax.set_ylabel("GFLOP")
+    ax.set_title(f"{title}: compute balance (red: top-{len(top)} boundaries)")
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
+    figs["split_flops_balance"] = fig
+    fig, axs = plt.subplots(1, 2, figsize=(11, 4.5))
+    ok = bd[~bd["pruned"]]
+    for ax, front, xc, yc, xs, ys, xl, yl in (
+            (axs[0], "comm_imbalance", "comm_bytes", "imbalance", 1 / 1024, 1, "Comm (KiB)", "FLOP imbalance |L-R|/(L+R)"),
+            (axs[1], "latency_energy", "est_latency_us", "est_energy_j", 1e-3, 1e3, "estimated latency (ms)", "estimated energy (mJ)")):
+        ax.scatter(ok[xc] * xs, ok[yc] * ys, s=10, color="tab:gray", alpha=0.6, label="candidates")
+        f = pareto[pareto["front"] == front].sort_values(xc)
+        ax.plot(f[xc] * xs, f[yc] * ys, "o-", color="tab:red", ms=5, label="Pareto front")
+        for _, r in f.iterrows():
+            ax.annotate(f"b{int(r['boundary'])}", (r[xc] * xs, r[yc] * ys), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel(xl)
+        ax.set_ylabel(yl)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{title}: Pareto fronts of the unpruned boundaries")
+    figs["split_pareto"] = fig
+    fig, ax = plt.subplots(figsize=(10, 4))
+    ax.stackplot(b, bd["t_dev_a_us"] / 1e3, bd["link_time_us"] / 1e3, bd["t_dev_b_us"] / 1e3,
+                 labels=["device A (left)", "link", "device B (right)"],
+                 colors=["tab:blue", "tab:purple", "tab:orange"], alpha=0.8)
+    ax.scatter(top["boundary"], top["est_latency_us"] / 1e3, s=30, color="tab:red", zorder=3, label="top-k")
+    ax.set_xlabel("boundary b")
+    ax.set_ylabel("estimated end-to-end latency (ms)")
+    ax.set_title(f"{title}: two-device latency estimate per boundary")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(True, alpha=0.3)
+    figs["split_latency"] = fig
+    return figs

@@ -1,0 +1,147 @@
+"""Stage 07: Comm(b) against a naive independent count on real exports; pruning, strict mode, Pareto."""
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import onnx
+import pandas as pd
+import pytest
+from onnx import helper, numpy_helper, shape_inference
+
+from conftest import make_model, run_stage, tensor, weight
+from lib.splits import pareto_front
+
+
+def naive_comm(model_path):
+    """O(N^2) Comm(b) straight from the ONNX protobuf: no code shared with lib/."""
+    m = shape_inference.infer_shapes(onnx.load(str(model_path)), data_prop=True)
+    g = m.graph
+    sizes = {}
+    for vi in list(g.value_info) + list(g.output) + list(g.input):
+        t = vi.type.tensor_type
+        dims = [d.dim_value for d in t.shape.dim]
+        sizes[vi.name] = int(np.prod(dims)) * np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type)).itemsize
+    const = {i.name for i in g.initializer}
+    changed = True
+    while changed:
+        changed = False
+        for n in g.node:
+            if all(i in const for i in n.input if i) and not all(o in const for o in n.output):
+                const.update(n.output)
+                changed = True
+    nodes = list(g.node)
+    prod = {o: k for k, n in enumerate(nodes) for o in n.output}
+    comm, count = [], []
+    for b in range(len(nodes) - 1):
+        crossing = {t for j in range(b + 1, len(nodes)) for t in nodes[j].input
+                    if t in prod and prod[t] <= b and t not in const}
+        comm.append(sum(sizes[t] for t in crossing))
+        count.append(len(crossing))
+    return comm, count
+
+
+@pytest.mark.parametrize("name", ["resnet50", "mobilenet_v2"])
+def test_comm_matches_naive_count(tv_models, tmp_path, name):
+    model = tv_models(name)
+    assert run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path).returncode == 0
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path)
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(tmp_path / "boundaries.csv")
+    comm, count = naive_comm(model)
+    assert df["comm_bytes"].astype(np.int64).tolist() == comm
+    assert df["n_cut_tensors"].tolist() == count
+    live = df["live_bytes"].to_numpy()
+    for b in range(len(df)):                      # peak definitions, by brute force
+        assert df["peak_act_left_bytes"].iat[b] == live[: b + 1].max()
+        assert df["peak_act_right_bytes"].iat[b] == live[b:].max()
+    prune = json.loads((tmp_path / "candidate_pruning.json").read_text())
+    assert prune["by_rule"].get("inside skip block", 0) > 0       # residual blocks are protected by default
+    assert (df.loc[df["pruned"], "reason"].str.len() > 0).all()
+    front = pd.read_csv(tmp_path / "pareto_export.csv")
+    ok = df[~df["pruned"]]
+    for name_, x, y in (("comm_imbalance", "comm_bytes", "imbalance"), ("latency_energy", "est_latency_us", "est_energy_j")):
+        f = front[front["front"] == name_]
+        assert len(f) > 0
+        for _, p in f.iterrows():   # mutually non-dominated, and nothing non-pruned dominates a front point
+            dom = ok[(ok[x] <= p[x]) & (ok[y] <= p[y]) & ((ok[x] < p[x]) | (ok[y] < p[y]))]
+            assert dom.empty, (name_, p["boundary"])
+    top = df[df["rank"].notna()].sort_values("rank")
+    assert (top["score"].diff().dropna() >= 0).all()
+
+
+def skip_model(path):
+    """x -> a -> b -> c -> d -> add(d, a) -> e ; a weight behind Identity feeds the Mul at d."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="a"),
+             helper.make_node("Identity", ["w"], ["w_id"], name="w_identity"),
+             helper.make_node("Neg", ["a"], ["b"], name="b"),
+             helper.make_node("Relu", ["b"], ["c"], name="c"),
+             helper.make_node("Mul", ["c", "w_id"], ["d"], name="d"),
+             helper.make_node("Add", ["d", "a"], ["s"], name="add"),
+             helper.make_node("Add", ["s", "x"], ["e"], name="e")]
+    return make_model(nodes, [tensor("x", [1, 4])], [tensor("e", None)], [weight("w", (1, 4))], path=path)
+
+
+def run07(tmp_path, model, *args):
+    assert run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path).returncode == 0
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path, "--min-compute-share", "0",
+                  "--dedup-window", "0", *args)
+    assert r.returncode == 0, r.stderr
+    return pd.read_csv(tmp_path / "boundaries.csv", keep_default_na=False).set_index("after_node")
+
+
+def test_skip_block_pruning_constants_and_inputs(tmp_path):
+    model = tmp_path / "skip.onnx"
+    skip_model(model)
+    df = run07(tmp_path, model, "--skip-span", "4")
+    # order: a(0) w_identity(1) b(2) c(3) d(4) add(5): the skip tensor a spans nodes 0..5
+    assert list(df.index) == ["a", "w_identity", "b", "c", "d", "add"]
+    assert df.loc["w_identity", "cut_tensors"] == "a"                  # the Identity'd weight never crosses
+    assert df.loc["b", "comm_bytes"] == 32 and df.loc["b", "n_cut_tensors"] == 2      # a and b, 16 B each
+    assert (df["right_graph_inputs"] == 1).all()                       # x goes straight to the right part
+    inside = df["reason"].str.contains("inside skip block")
+    assert inside.to_dict() == {"a": False, "w_identity": True, "b": True, "c": True, "d": True, "add": False}
+    df = run07(tmp_path, model, "--skip-span", "6")                    # a span of 5 < 6: nothing pruned
+    assert not df["pruned"].any()
+
+
+def test_strict_mode(tmp_path):
+    model = tmp_path / "skip.onnx"
+    skip_model(model)
+    df = run07(tmp_path, model, "--skip-span", "100", "--strict")
+    assert df["strict_ok"].to_dict() == {"a": True, "w_identity": False, "b": False, "c": False, "d": False,
+                                         "add": True}
+    assert df.loc["c", "reason"].startswith("strict")
+    assert df.loc[~df["pruned"]].index.tolist() == ["a", "add"]
+
+
+def test_pareto_front_brute_force():
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        x, y = rng.integers(0, 8, 40).astype(float), rng.integers(0, 8, 40).astype(float)
+        got = set(pareto_front(x, y).tolist())
+        want = {i for i in range(40) if not any((x[j] <= x[i]) and (y[j] <= y[i]) and ((x[j] < x[i]) or (y[j] < y[i]))
+                                                for j in range(40))}
+        assert got == want
+
+
+def test_bad_input_and_latex(tmp_path):
+    model = tmp_path / "skip.onnx"
+    skip_model(model)
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path / "none")
+    assert r.returncode == 2 and "run 02_shapes_flops_bytes.py first" in r.stderr
+    bad = tmp_path / "system.yaml"
+    bad.write_text("devices: {A: {peak_flops_per_s: 0}}\n")
+    run07(tmp_path, model)
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path, "--system", bad)
+    assert r.returncode == 2 and r.stderr.startswith("error: system config") and "Traceback" not in r.stderr
+    tex = (tmp_path / "split_candidates.tex").read_text()
+    assert "\\toprule" in tex and "\\bottomrule" in tex and "w\\_identity" not in tex.split("midrule")[0]
+    if shutil.which("pdflatex") is None:
+        pytest.skip("pdflatex not installed: LaTeX compile check skipped")
+    doc = tmp_path / "doc.tex"
+    doc.write_text("\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n\\input{split_candidates.tex}\n"
+                   "\\end{document}\n")
+    r = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:]
