@@ -75,6 +75,9 @@ def main(argv=None):
     print(f"{len(df)} boundaries, {len(pruned)} pruned; ranked by {rk.get('by', 'score')}; "
           f"Pareto: {int((pareto['front'] == 'comm_imbalance').sum())} (comm, imbalance), "
           f"{int((pareto['front'] == 'latency_energy').sum())} (latency, energy)")
+    if top.empty:
+        print("no boundary survives the pruning: see candidate_pruning.json (relax --min-compute-share, "
+              "--skip-span, --strict or the constraints)")
     print(f"{'rank':>4} {'b':>5}  {'after node':<30} {'cut':>3} {'comm KiB':>9} {'imbal':>6} {'est ms':>7} {'est mJ':>7}")
     for r in top.itertuples():
         print(f"{int(r.rank):>4} {r.boundary:>5}  {r.after_node[:30]:<30} {r.n_cut_tensors:>3} {r.comm_bytes / 1024:>9.1f} "

@@ -116,6 +116,15 @@ def latency_by_class_plot(prof: pd.DataFrame, title: str):
     return fig
 
 
+def _label(ax, xlabel: str, ylabel: str, title: str | None = None, legend_loc: str = "best") -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8, loc=legend_loc)
+    ax.grid(True, alpha=0.3)
+
+
 def split_plots(bd: pd.DataFrame, pareto: pd.DataFrame, title: str, top_k: int = 10) -> dict:
     """The split-point pictures of stage 07's boundaries.csv: {name: figure}."""
     top = bd[bd["rank"] <= top_k]
@@ -129,22 +138,15 @@ def split_plots(bd: pd.DataFrame, pareto: pd.DataFrame, title: str, top_k: int =
         ax.annotate(str(int(r["rank"])), (r["boundary"], r["comm_bytes"] / 1024), fontsize=7,
                     xytext=(0, 5), textcoords="offset points", ha="center")
     ax.set_yscale("log")
-    ax.set_xlabel("boundary b (cut after node b, topological order)")
-    ax.set_ylabel("activation bytes crossing (KiB)")
-    ax.set_title(f"{title}: communication per boundary")
-    ax.legend(fontsize=8)
-    ax.grid(True, alpha=0.3)
+    _label(ax, "boundary b (cut after node b, topological order)", "activation bytes crossing (KiB)",
+           f"{title}: communication per boundary")
     figs["split_comm"] = fig
     fig, ax = plt.subplots(figsize=(10, 4))
     ax.plot(b, bd["flops_left"] / 1e9, label="left part", color="tab:blue")
     ax.plot(b, bd["flops_right"] / 1e9, label="right part", color="tab:orange")
     for x in top["boundary"]:
         ax.axvline(x, color="tab:red", lw=0.6, alpha=0.5)
-    ax.set_xlabel("boundary b")
-    ax.set_ylabel("GFLOP")
-    ax.set_title(f"{title}: compute balance (red: top-{len(top)} boundaries)")
-    ax.legend(fontsize=8)
-    ax.grid(True, alpha=0.3)
+    _label(ax, "boundary b", "GFLOP", f"{title}: compute balance (red: top-{len(top)} boundaries)")
     figs["split_flops_balance"] = fig
     fig, axs = plt.subplots(1, 2, figsize=(11, 4.5))
     ok = bd[~bd["pruned"]]
@@ -156,10 +158,7 @@ def split_plots(bd: pd.DataFrame, pareto: pd.DataFrame, title: str, top_k: int =
         ax.plot(f[xc] * xs, f[yc] * ys, "o-", color="tab:red", ms=5, label="Pareto front")
         for _, r in f.iterrows():
             ax.annotate(f"b{int(r['boundary'])}", (r[xc] * xs, r[yc] * ys), fontsize=7, xytext=(3, 3), textcoords="offset points")
-        ax.set_xlabel(xl)
-        ax.set_ylabel(yl)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        _label(ax, xl, yl)
     fig.suptitle(f"{title}: Pareto fronts of the unpruned boundaries")
     figs["split_pareto"] = fig
     fig, ax = plt.subplots(figsize=(10, 4))
@@ -167,10 +166,7 @@ def split_plots(bd: pd.DataFrame, pareto: pd.DataFrame, title: str, top_k: int =
                  labels=["device A (left)", "link", "device B (right)"],
                  colors=["tab:blue", "tab:purple", "tab:orange"], alpha=0.8)
     ax.scatter(top["boundary"], top["est_latency_us"] / 1e3, s=30, color="tab:red", zorder=3, label="top-k")
-    ax.set_xlabel("boundary b")
-    ax.set_ylabel("estimated end-to-end latency (ms)")
-    ax.set_title(f"{title}: two-device latency estimate per boundary")
-    ax.legend(fontsize=8, loc="upper left")
-    ax.grid(True, alpha=0.3)
+    _label(ax, "boundary b", "estimated end-to-end latency (ms)", f"{title}: two-device latency estimate per boundary",
+           "upper left")
     figs["split_latency"] = fig
     return figs

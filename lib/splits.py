@@ -176,7 +176,6 @@ def prune_and_rank(df: pd.DataFrame, system: dict, feasibility: dict[int, str] |
         raise StageError(f"ranking.by must be comm, score or latency, not {r.get('by')!r}")
     order = np.lexsort((df["boundary"].to_numpy(), df[key].to_numpy()))
     window = int(r.get("dedup_window", 0))
-    taken = np.zeros(len(df), dtype=bool)
     best_near = np.full(len(df), -1)
     rank = np.full(len(df), np.nan)
     k = 0
@@ -188,7 +187,6 @@ def prune_and_rank(df: pd.DataFrame, system: dict, feasibility: dict[int, str] |
             continue
         k += 1
         rank[i] = k
-        taken[i] = True
         lo, hi = max(0, i - window), min(len(df), i + window + 1)
         sl = best_near[lo:hi]
         sl[sl < 0] = i
