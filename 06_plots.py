@@ -29,7 +29,7 @@ def main(argv=None):
         pareto = read_csv(rdir, "pareto_export.csv", ("front", "boundary"))
         top_k = int(read_json(rdir, "system_config.json").get("ranking", {}).get("top_k", 10))
         for name, fig in split_plots(bd, pareto, title, top_k).items():
-            written += save(fig, out, name)
+            written += save(fig, out, name, ("png", "svg", "pdf"))   # PDF/SVG: paper assets (08)
     else:
         print("note: no boundaries.csv (run 07_split_candidates.py for the split plots)")
     print(f"wrote {len(written)} files to {out}/: " + ", ".join(sorted({w.stem for w in written})))

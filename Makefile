@@ -27,11 +27,11 @@ endif
 .PHONY: all test calibrate clean venv help
 .DELETE_ON_ERROR:
 
-all: $(R)/plots/.done
+all: $(R)/plots/.done $(R)/validation_report.json
 	@echo "done: results in $(R)/"
 
 help:
-	@echo "make all [MODEL=path.onnx]   run stages 01-07 into results/<stem>/ (default: $(MODEL))"
+	@echo "make all [MODEL=path.onnx]   run stages 01-08 into results/<stem>/ (default: $(MODEL))"
 	@echo "make test                    run the tests"
 	@echo "make calibrate               measure this host's peak FLOP/s and bandwidth into $(HOST)"
 	@echo "make clean                   remove results/ and models/"
@@ -66,6 +66,11 @@ $(R)/energy.csv: $(R)/ops_profile.csv 05_energy_estimate.py $(LIB) $(HOST) $(OFF
 # 07 uses 02's costs and 01's latencies (device A "measured"), and the two-device system
 $(R)/boundaries.csv: $(R)/ops_metrics.csv $(R)/ops_latency.csv 07_split_candidates.py $(LIB) $(SYSTEM) $(WORKLOAD)
 	$(PY) 07_split_candidates.py --model $(MODEL) --results $(R) --system $(SYSTEM) --workload $(WORKLOAD) $(SHAPE_ARGS)
+
+# 08: export and validate the best few boundaries (SPLITS of them)
+SPLITS ?= 3
+$(R)/validation_report.json: $(R)/boundaries.csv 08_export_splits.py $(LIB) $(WORKLOAD)
+	$(PY) 08_export_splits.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --top-k $(SPLITS) $(SHAPE_ARGS)
 
 $(R)/plots/.done: $(R)/ops_profile.csv $(R)/critical_path.csv $(R)/energy.csv $(R)/boundaries.csv 06_plots.py $(LIB) $(HOST)
 	$(PY) 06_plots.py --results $(R) --host $(HOST)

@@ -33,6 +33,7 @@ PRODUCER = {
     "boundaries.csv": "07_split_candidates.py",
     "pareto_export.csv": "07_split_candidates.py",
     "system_config.json": "07_split_candidates.py",
+    "validation_report.json": "08_export_splits.py",
 }
 
 

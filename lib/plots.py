@@ -14,9 +14,9 @@ from .artifacts import atomic_path  # noqa: E402
 from .host import per_dtype  # noqa: E402
 
 
-def save(fig, out_dir: Path, name: str) -> list[Path]:
+def save(fig, out_dir: Path, name: str, formats=("png", "svg")) -> list[Path]:
     out = []
-    for ext in ("png", "svg"):
+    for ext in formats:
         path = out_dir / f"{name}.{ext}"
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=ext, dpi=130, bbox_inches="tight")

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Standalone runner for one exported split (needs only onnxruntime and numpy).
+
+Runs full.onnx, part1.onnx, part2.onnx and the composition part2(part1(x)) on the same inputs, checks that
+the composition reproduces the full model, times each, and writes validation_report.json here.
+
+    python run_split.py --provider cpu --runs 20
+    python run_split.py --seed 0 --save-inputs-npz inputs.npz      # reproducible inputs ...
+    python run_split.py --inputs-npz inputs.npz                     # ... fed back later
+    python run_split.py --dump-interface right --dump-interface-out iface   # -> iface_right.npz
+    python run_split.py --shape-override "input_ids=1x128 attention_mask=1x128"
+
+--dump-interface: left = part1's outputs (the cut tensors, plus graph outputs finished on the left);
+right = part2's inputs (the cut tensors plus the original inputs part2 needs); min = the cut tensors only;
+either = everything either part exchanges. Metadata (names, shapes, dtypes, boundary) is in __meta__.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
+DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+          "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8,
+          "tensor(bool)": np.bool_}
+
+
+def fail(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def session(name, provider, ort, folder=HERE):
+    path = Path(folder) / name
+    if not path.exists():
+        raise RuntimeError(f"{path} not found (run this script inside its split folder)")
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    # three sessions share the cores: idle ORT threads must not spin and steal time from the one running
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    providers = [PROVIDERS[provider]]
+    if provider == "tensorrt":
+        cache = HERE / "trt_cache"
+        cache.mkdir(exist_ok=True)
+        providers = [("TensorrtExecutionProvider", {"trt_engine_cache_enable": True,
+                                                    "trt_engine_cache_path": str(cache),
+                                                    "trt_builder_optimization_level": 1}),
+                     "CUDAExecutionProvider", "CPUExecutionProvider"]
+    try:
+        return ort.InferenceSession(str(path), opts, providers=providers)
+    except Exception as e:  # noqa: BLE001
+        raise RuntimeError(f"cannot load {path}: {' '.join(str(e).split())[:300]}") from None
+
+
+def parse_overrides(text):
+    out = {}
+    for item in text or []:
+        for tok in item.split():
+            name, _, dims = tok.rpartition("=")
+            try:
+                out[name] = [int(d) for d in dims.split("x")]
+            except ValueError:
+                fail(f"bad --shape-override '{tok}': expected NAME=DIMS like input=1x3x224x224")
+    return out
+
+
+def make_inputs(sess, meta, seed, overrides):
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for i in sess.get_inputs():
+        shape = overrides.get(i.name) or meta["input_shapes"].get(i.name)
+        if shape is None or any(not isinstance(d, int) for d in shape):
+            fail(f"input {i.name} has dynamic dims {i.shape}: pass --shape-override '{i.name}=...'")
+        dtype = DTYPES.get(i.type)
+        if dtype is None:
+            fail(f"input {i.name} has type {i.type}: pass --inputs-npz")
+        if np.issubdtype(dtype, np.floating):
+            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+        else:
+            feeds[i.name] = rng.integers(0, 2, shape).astype(dtype)
+    return feeds
+
+
+def median_us(fn, runs):
+    ts = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t0) * 1e6)
+    return float(np.median(ts))
+
+
+def check(full, p1, p2, feeds, atol, rtol, runs):
+    """full(x) against part2(part1(x)) per output (max abs/rel difference, pass), and median latencies.
+    Returns (report, part1 outputs, part2 feeds)."""
+    f1 = {i.name: feeds[i.name] for i in p1.get_inputs()}
+    names1 = [o.name for o in p1.get_outputs()]
+    names2 = [o.name for o in p2.get_outputs()]
+
+    def composed():
+        mid = dict(zip(names1, p1.run(None, f1)))
+        feed2 = {i.name: (mid[i.name] if i.name in mid else feeds[i.name]) for i in p2.get_inputs()}
+        return mid, feed2, dict(zip(names2, p2.run(None, feed2)))
+
+    mid, feed2, out2 = composed()
+    ref = dict(zip([o.name for o in full.get_outputs()], full.run(None, feeds)))
+    got = {**mid, **out2}
+    outputs, ok = {}, True
+    for name, r in ref.items():
+        x = got[name]
+        diff = np.abs(x.astype(np.float64) - r.astype(np.float64))
+        rel = diff / np.maximum(np.abs(r.astype(np.float64)), 1e-12)
+        passed = bool(x.shape == r.shape and np.allclose(x, r, atol=atol, rtol=rtol))
+        ok &= passed
+        outputs[name] = {"max_abs_diff": float(diff.max()) if diff.size else 0.0,
+                         "max_rel_diff": float(rel.max()) if rel.size else 0.0, "shape": list(r.shape), "pass": passed}
+    lat = {"full_us": median_us(lambda: full.run(None, feeds), runs),
+           "part1_us": median_us(lambda: p1.run(None, f1), runs),
+           "part2_us": median_us(lambda: p2.run(None, feed2), runs),
+           "composed_us": median_us(composed, runs)}
+    report = {"pass": ok, "atol": atol, "rtol": rtol, "max_abs_diff": max(o["max_abs_diff"] for o in outputs.values()),
+              "outputs": outputs, "latency_median": lat, "runs": runs}
+    return report, mid, feed2
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--provider", choices=sorted(PROVIDERS), default="cpu")
+    p.add_argument("--runs", type=int, default=10, help="timed runs of each model (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--inputs-npz", help="feed these arrays instead of random ones")
+    p.add_argument("--save-inputs-npz", help="save the inputs used to this .npz")
+    p.add_argument("--dump-interface", choices=["right", "left", "min", "either"], help="save the split interface as NPZ")
+    p.add_argument("--dump-interface-out", default="interface", help="prefix of the interface NPZ (default: interface)")
+    p.add_argument("--shape-override", action="append", default=[], help="NAME=DIMS pairs for dynamic inputs")
+    p.add_argument("--atol", type=float, default=1e-4)
+    p.add_argument("--rtol", type=float, default=1e-3)
+    p.add_argument("--report", default=str(HERE / "validation_report.json"))
+    a = p.parse_args()
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        fail("onnxruntime is not installed (pip install onnxruntime)")
+    if PROVIDERS[a.provider] not in ort.get_available_providers():
+        fail(f"provider {a.provider} is not available in this onnxruntime build "
+             f"(available: {', '.join(ort.get_available_providers())})")
+    meta = json.loads((HERE / "split_meta.json").read_text())
+    try:
+        full, p1, p2 = (session(n, a.provider, ort) for n in ("full.onnx", "part1.onnx", "part2.onnx"))
+    except RuntimeError as e:
+        fail(str(e))
+    if a.inputs_npz:
+        try:
+            data = dict(np.load(a.inputs_npz, allow_pickle=False))
+        except Exception as e:  # noqa: BLE001
+            fail(f"--inputs-npz {a.inputs_npz} is not a readable .npz ({type(e).__name__})")
+        missing = [i.name for i in full.get_inputs() if i.name not in data]
+        if missing:
+            fail(f"--inputs-npz lacks inputs {missing}")
+        feeds = {i.name: data[i.name] for i in full.get_inputs()}
+    else:
+        feeds = make_inputs(full, meta, a.seed, parse_overrides(a.shape_override))
+    if a.save_inputs_npz:
+        np.savez(a.save_inputs_npz, **feeds)
+    report, mid, feed2 = check(full, p1, p2, feeds, a.atol, a.rtol, a.runs)
+    names1 = [o.name for o in p1.get_outputs()]
+    if a.dump_interface:
+        cut = meta["cut_tensors"]
+        pick = {"left": names1, "right": list(feed2), "min": cut,
+                "either": list(dict.fromkeys(names1 + list(feed2)))}[a.dump_interface]
+        arrays = {n: (mid[n] if n in mid else feed2[n]) for n in pick}
+        info = {"boundary": meta["boundary"], "side": a.dump_interface, "cut_tensors": cut,
+                "tensors": {n: {"shape": list(v.shape), "dtype": str(v.dtype)} for n, v in arrays.items()}}
+        out = f"{a.dump_interface_out}_{a.dump_interface}.npz"
+        np.savez(out, __meta__=np.array(json.dumps(info)), **arrays)
+        print(f"wrote {out} ({len(arrays)} tensors)")
+    report = {"boundary": meta["boundary"], "provider": a.provider, **report}
+    ok = report["pass"]
+    tmp = a.report + ".tmp"
+    Path(tmp).write_text(json.dumps(report, indent=2) + "\n")
+    os.replace(tmp, a.report)
+    lat = report["latency_median"]
+    print(f"boundary {meta['boundary']}: {'PASS' if ok else 'FAIL'} (max |diff| {report['max_abs_diff']:.2e}); "
+          f"full {lat['full_us'] / 1e3:.2f} ms, part1 {lat['part1_us'] / 1e3:.2f} ms, part2 {lat['part2_us'] / 1e3:.2f} ms, "
+          f"composed {lat['composed_us'] / 1e3:.2f} ms")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Stage 08: exported halves compose to the full model; interfaces equal 07's cut tensors; runner; ext. data."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pandas as pd
+import pytest
+
+from conftest import run_stage, small_cnn
+
+
+def pipeline(model, rdir, *args08):
+    for stage, extra in (("02_shapes_flops_bytes.py", []), ("07_split_candidates.py", []),
+                         ("08_export_splits.py", ["--runs", "1", *args08])):
+        r = run_stage(stage, "--model", model, "--results", rdir, *extra)
+        assert r.returncode == 0, f"{stage}: {r.stderr[-3000:]}"
+    return json.loads((rdir / "validation_report.json").read_text())
+
+
+def run_runner(folder, *args):
+    return subprocess.run([sys.executable, "run_split.py", *map(str, args)], cwd=folder, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("name", ["resnet50", "mobilenet_v2", "efficientnet_b0"])
+def test_top5_splits_validate_and_match_07(tv_models, tmp_path, name):
+    model = tv_models(name)
+    rep = pipeline(model, tmp_path, "--top-k", "5", "--diagram", "none")
+    assert len(rep["splits"]) == 5 and rep["all_pass"]
+    assert rep["worst_max_abs_diff"] <= 1e-4
+    bd = pd.read_csv(tmp_path / "boundaries.csv").set_index("boundary")
+    for s in rep["splits"]:
+        b = s["boundary"]
+        folder = tmp_path / "splits" / f"b{b}"
+        p1, p2 = (onnx.load(str(folder / f"part{i}.onnx")) for i in (1, 2))
+        cut = bd.loc[b, "cut_tensors"].split(";")
+        assert [o.name for o in p1.graph.output] == cut                   # exactly 07's cut tensors
+        inits2 = {t.name for t in p2.graph.initializer}
+        assert not inits2 & {i.name for i in p2.graph.input}               # no weight is an input of part2
+        assert {i.name for i in p2.graph.input} == set(cut) | {"input"} - ({"input"} if bd.loc[b, "right_graph_inputs"] == 0 else set())
+        # the bytes that really cross, dumped by the standalone runner, sum to Comm(b)
+        r = run_runner(folder, "--runs", "1", "--dump-interface", "min", "--dump-interface-out", tmp_path / f"i{b}")
+        assert r.returncode == 0, r.stderr
+        arrays = np.load(tmp_path / f"i{b}_min.npz")
+        assert sum(arrays[t].nbytes for t in cut) == bd.loc[b, "comm_bytes"] == s["comm_bytes"]
+
+
+def test_runner_npz_round_trip_and_interfaces(tmp_path):
+    model = tmp_path / "cnn.onnx"
+    small_cnn(model)
+    rep = pipeline(model, tmp_path / "r", "--boundary", "2", "--diagram", "matplotlib")
+    folder = tmp_path / "r" / "splits" / "b2"
+    assert {"part1.onnx", "part2.onnx", "full.onnx", "run_split.py", "split_meta.json", "validation_report.json",
+            "split_context.dot", "split_context.png", "split_context.svg"} <= set(os.listdir(folder))
+    assert rep["splits"][0]["cut_tensors"] == ["r1"]
+    r = run_runner(folder, "--seed", "7", "--runs", "1", "--save-inputs-npz", tmp_path / "in.npz",
+                   "--dump-interface", "right", "--dump-interface-out", tmp_path / "a")
+    assert r.returncode == 0, r.stderr
+    first = json.loads((folder / "validation_report.json").read_text())
+    r = run_runner(folder, "--inputs-npz", tmp_path / "in.npz", "--runs", "1", "--dump-interface", "right",
+                   "--dump-interface-out", tmp_path / "b")
+    assert r.returncode == 0, r.stderr
+    second = json.loads((folder / "validation_report.json").read_text())
+    assert first["pass"] and second["pass"] and first["outputs"] == second["outputs"]
+    a, b = np.load(tmp_path / "a_right.npz"), np.load(tmp_path / "b_right.npz")
+    assert np.array_equal(a["r1"], b["r1"])                                   # same inputs -> same interface
+    meta = json.loads(str(a["__meta__"]))
+    assert meta["boundary"] == 2 and meta["side"] == "right" and meta["tensors"]["r1"]["shape"] == [1, 16, 32, 32]
+    for side in ("left", "min", "either"):
+        r = run_runner(folder, "--runs", "1", "--dump-interface", side, "--dump-interface-out", tmp_path / "s")
+        assert r.returncode == 0 and set(np.load(tmp_path / f"s_{side}.npz").files) == {"__meta__", "r1"}
+    r = run_runner(folder, "--provider", "tensorrt")
+    assert r.returncode == 2 and r.stderr.startswith("error: provider tensorrt is not available") and "Traceback" not in r.stderr
+
+
+def test_external_data_model_splits_and_validates(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    m = small_cnn(None)
+    onnx.save_model(m, str(src / "ext.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="ext.onnx.data", size_threshold=0)
+    rep = pipeline(src / "ext.onnx", tmp_path / "r", "--boundary", "2", "5", "--diagram", "none")
+    assert rep["all_pass"]
+    folder = tmp_path / "r" / "splits" / "b2"
+    assert os.stat(folder / "ext.onnx.data").st_ino == os.stat(src / "ext.onnx.data").st_ino   # a hardlink
+    assert rep["splits"][0]["external_data"] == {"ext.onnx.data": "hardlink"}
+    p2 = onnx.load(str(folder / "part2.onnx"), load_external_data=False)
+    assert all(t.data_location == onnx.TensorProto.EXTERNAL for t in p2.graph.initializer)
+    moved = tmp_path / "moved"                                              # the folder is self-contained
+    shutil.copytree(folder, moved)
+    assert run_runner(moved, "--runs", "1").returncode == 0
+
+
+def test_diagram_backends(tmp_path):
+    from lib.graph import build_graph, infer_shapes
+    from lib.split_diagram import dot_source, render
+    g = build_graph(infer_shapes(small_cnn(None)))
+    src = dot_source(g, 2, ["r1"], 1)
+    assert "cluster_left" in src and "cluster_right" in src and 'label="r1"' in src and "color=\"red\"" in src
+    files = render(g, 2, ["r1"], tmp_path / "mpl", 2, "matplotlib")
+    assert {f.name for f in files} == {"split_context.dot", "split_context.png", "split_context.svg"}
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz dot not installed: dot backend not exercised")
+    files = render(g, 2, ["r1"], tmp_path / "dot", 0, "dot")
+    assert {f.name for f in files} == {"split_context.dot", "split_context.svg", "split_context.pdf"}
+    assert (tmp_path / "dot" / "split_context.svg").read_text().count("<svg") == 1
+
+
+def test_benchmark_set_and_bad_input(tmp_path):
+    model = tmp_path / "cnn.onnx"
+    small_cnn(model)
+    rdir = tmp_path / "r"
+    r = run_stage("08_export_splits.py", "--model", model, "--results", rdir)
+    assert r.returncode == 2 and "run 07_split_candidates.py first" in r.stderr and "Traceback" not in r.stderr
+    pipeline(model, rdir, "--boundary", "2", "--diagram", "none")
+    r = run_stage("08_export_splits.py", "--model", model, "--results", rdir, "--boundary", "99")
+    assert r.returncode == 2 and "out of range" in r.stderr
+    bench = tmp_path / "bench"
+    r = run_stage("08_export_splits.py", "--model", model, "--results", rdir, "--boundary", "2", "4",
+                  "--diagram", "none", "--benchmark-set", bench, "--runs", "1")
+    assert r.returncode == 0, r.stderr
+    assert {"b2", "b4", "benchmark_suite.py", "split_candidates.tex", "system_config.json", "workload_profile.json",
+            "pareto_export.csv", "candidate_pruning.json"} <= set(os.listdir(bench))
+    r = subprocess.run([sys.executable, "benchmark_suite.py", "--runs", "1"], cwd=bench, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    res = pd.read_csv(bench / "benchmark_results.csv")
+    assert list(res["boundary"]) == [2, 4] and res["pass"].all()
