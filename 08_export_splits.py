@@ -96,11 +96,12 @@ def main(argv=None):
         iface = exporter.export(b, out)
         meta = {**iface, "input_shapes": shapes, "model": Path(a.model).name}
         write_runner(out, meta)
-        rep = {"boundary": b, "after_node": g.names[b], **validate(out, feeds, a.atol, a.rtol, a.runs)}
+        rep = {"boundary": b, "after_node": g.names[b],
+               **validate(out, feeds, a.atol, a.rtol, a.runs, iface["cut_tensors"], g)}
         if a.diagram != "none":
             rep["diagram"] = [f.name for f in render(g, b, iface["cut_tensors"], out, a.hops, a.diagram)]
         write_json(rep, out / "validation_report.json")
-        reports.append({**rep, "cut_tensors": iface["cut_tensors"], "comm_bytes": iface["comm_bytes"],
+        reports.append({**rep, "comm_bytes": iface["comm_bytes"],
                         "external_data": iface["external_data"]})
         dirs.append(out)
         lat = rep["latency_median"]

@@ -11,6 +11,24 @@ import warnings
 from pathlib import Path
 
 
+def calibrate_batchnorm(model, size: int, batches: int = 2, batch: int = 4) -> None:
+    """Set BatchNorm running statistics from a few random batches. With torchvision's fresh statistics
+    (mean 0, var 1) activations of a random-weight MobileNet/EfficientNet shrink layer after layer to ~1e-9,
+    which makes numerical checks of exported models (stage 08) vacuous; calibrated, they stay O(1)."""
+    import torch
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average over the calibration batches
+    model.train()
+    with torch.no_grad():
+        for _ in range(batches):
+            model(torch.randn(batch, 3, size, size))
+    model.eval()
+
+
 def export_torchvision(name: str, out: str | Path, *, opset: int = 18, batch: int = 1, size: int = 224,
                        dynamic_batch: bool = False, seed: int = 0) -> Path:
     import torch
@@ -20,6 +38,13 @@ def export_torchvision(name: str, out: str | Path, *, opset: int = 18, batch: in
         raise SystemExit(f"error: unknown torchvision classification model '{name}'")
     torch.manual_seed(seed)
     model = torchvision.models.get_model(name, weights=None).eval()
+    # torchvision zero-initialises some heads (ViT's classifier): the logits would be identically 0, which
+    # makes any numerical comparison of the exported model vacuous. Give such weights small random values.
+    with torch.no_grad():
+        for prm in model.parameters():
+            if prm.dim() > 1 and not prm.any():
+                prm.normal_(0.0, 0.02)
+    calibrate_batchnorm(model, size)
     x = torch.randn(batch, 3, size, size)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -62,8 +62,10 @@ def link_external_data(model: onnx.ModelProto, src_dir: Path, dst_dir: Path, mod
         if not src.exists():
             raise StageError(f"external data file {src} (referenced by the model) not found")
         if dst.exists() or dst.is_symlink():
-            how[loc] = "exists"
-            continue
+            if dst.samefile(src):
+                how[loc] = "hardlink"
+                continue
+            dst.unlink()  # a re-export: never keep a stale copy of re-exported weights
         dst.parent.mkdir(parents=True, exist_ok=True)
         for method, fn in ((("hardlink", os.link),) if mode == "link" else ()) + (("copy", shutil.copy2),):
             try:
@@ -135,6 +137,8 @@ class SplitExporter:
             os.replace(tmp, out_dir / f"{name}.onnx")
         # the full model beside the parts, so that the folder validates on its own
         full = out_dir / "full.onnx"
+        if full.exists() and not full.samefile(self.path):
+            full.unlink()  # the model was re-exported since: a stale full.onnx would validate the wrong model
         if not full.exists():
             try:
                 os.link(self.path, full)
@@ -147,14 +151,39 @@ class SplitExporter:
         return iface
 
 
-def validate(split_dir: Path, feeds: dict[str, np.ndarray], atol: float, rtol: float, runs: int) -> dict:
-    """full(x) against part2(part1(x)) with ONNX Runtime: the check run_split.py does, run in-process."""
+def validate(split_dir: Path, feeds: dict[str, np.ndarray], atol: float, rtol: float, runs: int,
+             cut: list[str], g: Graph) -> dict:
+    """full(x) against part2(part1(x)) with ONNX Runtime (the check run_split.py does), and part1's cut
+    tensors against the same tensors inside the full model: random-weight models can have near-zero logits
+    (torchvision zero-initialises some heads), the cut tensors never are."""
     import onnxruntime as ort
     try:
         full, p1, p2 = (session(f"{n}.onnx", "cpu", ort, split_dir) for n in ("full", "part1", "part2"))
     except RuntimeError as e:
         raise StageError(str(e)) from None
-    return check(full, p1, p2, feeds, atol, rtol, runs)[0]
+    report, mid, _ = check(full, p1, p2, feeds, atol, rtol, runs)
+    probe = onnx.load(str(split_dir / "full.onnx"), load_external_data=False)
+    have = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.helper.make_tensor_value_info(t, g.tensors[t].elem_type, None)
+                              for t in cut if t not in have)
+    tmp = split_dir / ".full_with_cut.onnx"
+    onnx.save(probe, str(tmp))
+    try:
+        ref = session(tmp.name, "cpu", ort, split_dir).run(cut, feeds)
+    except RuntimeError as e:
+        raise StageError(str(e)) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    cut_report = {}
+    for t, r in zip(cut, ref):
+        diff = np.abs(mid[t].astype(np.float64) - r.astype(np.float64))
+        cut_report[t] = {"max_abs_diff": float(diff.max()) if diff.size else 0.0,
+                         "max_abs_value": float(np.abs(r).max()) if r.size else 0.0,
+                         "pass": bool(np.allclose(mid[t], r, atol=atol, rtol=rtol))}
+    report["cut_tensors"] = cut_report
+    report["pass"] = report["pass"] and all(c["pass"] for c in cut_report.values())
+    report["max_abs_diff"] = max([report["max_abs_diff"]] + [c["max_abs_diff"] for c in cut_report.values()])
+    return report
 
 
 RUNNER = Path(__file__).with_name("split_runner.py")

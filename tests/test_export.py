@@ -38,6 +38,7 @@ def test_top5_splits_validate_and_match_07(tv_models, tmp_path, name):
         folder = tmp_path / "splits" / f"b{b}"
         p1, p2 = (onnx.load(str(folder / f"part{i}.onnx")) for i in (1, 2))
         cut = bd.loc[b, "cut_tensors"].split(";")
+        assert list(s["cut_tensors"]) == cut and all(c["pass"] and c["max_abs_value"] > 0 for c in s["cut_tensors"].values())
         assert [o.name for o in p1.graph.output] == cut                   # exactly 07's cut tensors
         inits2 = {t.name for t in p2.graph.initializer}
         assert not inits2 & {i.name for i in p2.graph.input}               # no weight is an input of part2
@@ -56,7 +57,8 @@ def test_runner_npz_round_trip_and_interfaces(tmp_path):
     folder = tmp_path / "r" / "splits" / "b2"
     assert {"part1.onnx", "part2.onnx", "full.onnx", "run_split.py", "split_meta.json", "validation_report.json",
             "split_context.dot", "split_context.png", "split_context.svg"} <= set(os.listdir(folder))
-    assert rep["splits"][0]["cut_tensors"] == ["r1"]
+    assert list(rep["splits"][0]["cut_tensors"]) == ["r1"]          # part1's r1 checked against the full model's
+    assert rep["splits"][0]["cut_tensors"]["r1"]["pass"] and rep["splits"][0]["cut_tensors"]["r1"]["max_abs_value"] > 0
     r = run_runner(folder, "--seed", "7", "--runs", "1", "--save-inputs-npz", tmp_path / "in.npz",
                    "--dump-interface", "right", "--dump-interface-out", tmp_path / "a")
     assert r.returncode == 0, r.stderr

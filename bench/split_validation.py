@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""Export and validate the top-5 split boundaries of several torchvision models; print the worst difference.
+
+    .venv/bin/python bench/split_validation.py [--models resnet50 mobilenet_v2 efficientnet_b0 vit_b_16] [--top-k 5]
+
+Models are built into models/ when missing (random weights). Runs stages 02, 07 and 08 into results/<model>/.
+"""
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=["resnet50", "mobilenet_v2", "efficientnet_b0", "vit_b_16"])
+    p.add_argument("--top-k", type=int, default=5)
+    a = p.parse_args()
+    py = sys.executable
+    print(f"{'model':<16} {'splits':>6} {'all pass':>8} {'worst max|diff|':>16} {'08 wall s':>10}")
+    for name in a.models:
+        model = REPO / "models" / f"{name}.onnx"
+        if not model.exists():
+            subprocess.run([py, "-m", "lib.export_models", name, str(model)], cwd=REPO, check=True, capture_output=True)
+        for stage in ("02_shapes_flops_bytes.py", "07_split_candidates.py"):
+            subprocess.run([py, stage, "--model", str(model)], cwd=REPO, check=True, capture_output=True)
+        t0 = time.perf_counter()
+        r = subprocess.run([py, "08_export_splits.py", "--model", str(model), "--top-k", str(a.top_k), "--runs", "3",
+                            "--diagram", "none"], cwd=REPO, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if r.returncode not in (0, 1):
+            print(f"{name:<16} failed: {r.stderr.strip().splitlines()[-1]}")
+            continue
+        rep = json.loads((REPO / "results" / name / "validation_report.json").read_text())
+        print(f"{name:<16} {len(rep['splits']):>6} {str(rep['all_pass']):>8} {rep['worst_max_abs_diff']:>16.2e} {wall:>10.1f}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
