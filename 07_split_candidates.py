@@ -15,7 +15,7 @@ from lib import cli
 from lib.artifacts import CONFIGS, atomic_path, read_csv, results_dir, versions, write_csv, write_json
 from lib.errors import StageError
 from lib.graph import load_workload, prepare
-from lib.splits import add_costs, latex_table, pareto_table, prune_and_rank, sweep
+from lib.splits import add_costs, feasibility_reasons, latex_table, pareto_table, prune_and_rank, sweep
 from lib.system import load_system
 
 
@@ -29,6 +29,8 @@ def main(argv=None):
     p.add_argument("--strict", action="store_true", help="only cuts where every crossing activation comes from the cut node")
     p.add_argument("--min-compute-share", type=float, help="each side keeps at least this FLOP share (0..0.5)")
     p.add_argument("--dedup-window", type=int, help="near-duplicate window in boundary positions")
+    p.add_argument("--feasibility", metavar="CSV", help="prune boundaries whose partition failed stage 10's Hailo check")
+    p.add_argument("--feasibility-arch", default="hailo8", help="target whose result prunes (default: %(default)s)")
     p.add_argument("--skip-span", type=int, help="skip blocks spanning at least this many nodes are not cut inside")
     a = p.parse_args(argv)
     if not a.model:
@@ -56,7 +58,8 @@ def main(argv=None):
     print(f"sweeping {len(g.nodes) - 1} boundaries of {a.model} ({len(g.nodes)} nodes)")
     df = sweep(g, int(rk.get("skip_block_min_span", 4)))
     df = add_costs(df, metrics, latency, system)
-    df = prune_and_rank(df, system)
+    feas = feasibility_reasons(a.feasibility, a.feasibility_arch) if a.feasibility else None
+    df = prune_and_rank(df, system, feas)
     top = df[df["rank"] <= int(rk.get("top_k", 10))].sort_values("rank")
     pareto = pareto_table(df)
     pruned = df[df["pruned"]]
@@ -64,6 +67,7 @@ def main(argv=None):
     write_csv(df, rdir / "boundaries.csv")
     write_csv(pareto, rdir / "pareto_export.csv")
     write_json({"rules": rk, "constraints": system.get("constraints"), "boundaries": int(len(df)),
+                "feasibility": {"file": a.feasibility, "arch": a.feasibility_arch} if a.feasibility else None,
                 "pruned": int(len(pruned)), "by_rule": reasons.value_counts().to_dict(),
                 "candidates": [{"boundary": int(r.boundary), "after_node": r.after_node, "reasons": r.reason.split("; ")}
                                for r in pruned.itertuples()]}, rdir / "candidate_pruning.json")

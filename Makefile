@@ -33,6 +33,7 @@ all: $(R)/plots/.done $(R)/validation_report.json
 help:
 	@echo "make all [MODEL=path.onnx]   run stages 01-08 into results/<stem>/ (default: $(MODEL))"
 	@echo "make test                    run the tests"
+	@echo "make all HAILO=1             ... with stage 10's Hailo check pruning split candidates (07 -> 10 -> 07)"
 	@echo "make calibrate               measure this host's peak FLOP/s and bandwidth into $(HOST)"
 	@echo "make clean                   remove results/ and models/"
 
@@ -63,9 +64,22 @@ $(R)/critical_path.csv: $(R)/ops_profile.csv 04_critical_path.py $(LIB)
 $(R)/energy.csv: $(R)/ops_profile.csv 05_energy_estimate.py $(LIB) $(HOST) $(OFFLOAD)
 	$(PY) 05_energy_estimate.py --model $(MODEL) --results $(R) --host $(HOST) --offload $(OFFLOAD)
 
-# 07 uses 02's costs and 01's latencies (device A "measured"), and the two-device system
-$(R)/boundaries.csv: $(R)/ops_metrics.csv $(R)/ops_latency.csv 07_split_candidates.py $(LIB) $(SYSTEM) $(WORKLOAD)
+# 07 uses 02's costs and 01's latencies (device A "measured"), and the two-device system.
+# HAILO=1: 07 -> 10 (Hailo parse of the HAILO_TOPK best candidates) -> 07 again, pruning what Hailo rejects.
+HAILO      ?=
+HAILO_TOPK ?= 20
+HAILO_ARCH ?= hailo8
+# switching HAILO on or off (or its arch / top-k) must re-run 07: the stamp changes only when they do
+SPLIT_MODE := $(R)/.split_mode
+ifneq ($(filter all,$(or $(MAKECMDGOALS),all)),)
+$(shell mkdir -p $(R); echo "$(HAILO) $(HAILO_ARCH) $(HAILO_TOPK)" | cmp -s - $(SPLIT_MODE) || echo "$(HAILO) $(HAILO_ARCH) $(HAILO_TOPK)" > $(SPLIT_MODE))
+endif
+$(R)/boundaries.csv: $(R)/ops_metrics.csv $(R)/ops_latency.csv 07_split_candidates.py $(LIB) $(SYSTEM) $(WORKLOAD) \
+		$(SPLIT_MODE) $(if $(HAILO),10_hailo_parse.py configs/hailo_ops.yaml)
 	$(PY) 07_split_candidates.py --model $(MODEL) --results $(R) --system $(SYSTEM) --workload $(WORKLOAD) $(SHAPE_ARGS)
+	$(if $(HAILO),$(PY) 10_hailo_parse.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --top-k $(HAILO_TOPK) $(SHAPE_ARGS))
+	$(if $(HAILO),$(PY) 07_split_candidates.py --model $(MODEL) --results $(R) --system $(SYSTEM) --workload $(WORKLOAD) \
+		--feasibility $(R)/hailo_feasibility.csv --feasibility-arch $(HAILO_ARCH) $(SHAPE_ARGS))
 
 # 08: export and validate the best few boundaries (SPLITS of them)
 SPLITS ?= 3

@@ -196,6 +196,22 @@ def prune_and_rank(df: pd.DataFrame, system: dict, feasibility: dict[int, str] |
     return df
 
 
+def feasibility_reasons(path, arch: str) -> dict[int, str]:
+    """Boundaries whose partition the Hailo check (stage 10) rejected for `arch` -> the pruning reason."""
+    import os
+    if not os.path.exists(path):
+        raise StageError(f"--feasibility {path} not found: run 10_hailo_parse.py first")
+    df = pd.read_csv(path, keep_default_na=False)
+    missing = {"boundary", "arch", "status", "source", "op", "node"} - set(df.columns)
+    if missing:
+        raise StageError(f"--feasibility {path} lacks columns {sorted(missing)}: re-run 10_hailo_parse.py")
+    out = {}
+    for r in df[(df["arch"] == arch) & (df["status"] != "ok")].itertuples():
+        what = f"{r.op} at {r.node}" if r.op else (r.node or "see hailo_feasibility.csv")
+        out[int(r.boundary)] = f"hailo {arch}: {r.status} {what} ({r.source})"
+    return out
+
+
 def score(df: pd.DataFrame, weights: dict) -> np.ndarray:
     """sum of w * metric / max(metric): lower is better; each metric is normalised to [0, 1]."""
     total = np.zeros(len(df))

@@ -74,3 +74,38 @@ def tv_models(tmp_path_factory):
             built[name] = path
         return built[name]
     return get
+
+
+def bert_style(path):
+    """A small BERT-style encoder (embedding, 2 pre-LN-free encoder layers with GELU, pooled head), exported
+    by the dynamo exporter: Gather, MatMul, Softmax, LayerNormalization, Erf, Reshape/Transpose ..."""
+    import warnings
+
+    import torch
+    from torch import nn
+
+    class Bert(nn.Module):
+        def __init__(self, vocab=1000, d=64, heads=4, layers=2):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, d)
+            self.pos = nn.Parameter(torch.randn(1, 16, d) * 0.02)
+            layer = nn.TransformerEncoderLayer(d, heads, 4 * d, activation="gelu", batch_first=True, dropout=0.0)
+            self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+            self.norm = nn.LayerNorm(d)
+            self.head = nn.Linear(d, 2)
+
+        def forward(self, ids):
+            return self.head(self.norm(self.enc(self.emb(ids) + self.pos))[:, 0])
+
+    torch.manual_seed(0)
+    torch.backends.mha.set_fastpath_enabled(False)
+    with warnings.catch_warnings(), open(os.devnull, "w") as devnull:
+        warnings.simplefilter("ignore")
+        stdout, sys.stdout = sys.stdout, devnull
+        try:
+            prog = torch.onnx.export(Bert().eval(), (torch.randint(0, 1000, (1, 16)),), dynamo=True, opset_version=18,
+                                     input_names=["input_ids"], output_names=["logits"])
+        finally:
+            sys.stdout = stdout
+    prog.save(str(path))
+    return path

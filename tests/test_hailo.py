@@ -1,0 +1,145 @@
+"""Stage 10 against a fake hailo_sdk_client (tests only): call contract, per-arch venvs, cache, 07 pruning,
+and the static fallback on real exports."""
+import json
+import os
+import stat
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, bert_style, run_stage, small_cnn
+
+FAKE = REPO / "tests" / "fake_hailo"
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """Isolated cache and venv folders; no compiler importable unless a test adds the fake."""
+    monkeypatch.setenv("NN_PERF_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("NN_PERF_HAILO_VENVS", str(tmp_path / "venvs"))
+    monkeypatch.setenv("HAILO_FAKE_LOG", str(tmp_path / "calls.jsonl"))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    return tmp_path
+
+
+def calls(tmp_path):
+    log = tmp_path / "calls.jsonl"
+    if not log.exists():
+        return []
+    return [c for c in map(json.loads, log.read_text().splitlines()) if c["call"] == "translate_onnx_model"]
+
+
+def prepared(tmp_path):
+    model = tmp_path / "cnn.onnx"
+    small_cnn(model)
+    rdir = tmp_path / "r"
+    assert run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", rdir).returncode == 0
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", rdir, "--min-compute-share", "0",
+                  "--dedup-window", "0", "--skip-span", "100")
+    assert r.returncode == 0, r.stderr
+    return model, rdir
+
+
+def test_call_contract_cache_and_pruning(env, monkeypatch):
+    model, rdir = prepared(env)
+    monkeypatch.setenv("PYTHONPATH", str(FAKE))
+    monkeypatch.setenv("HAILO_FAKE_REJECT", "Conv")
+    # order: conv1(0) bn1 relu1(2) conv2(3) add relu2 gap flatten fc; the right part of b <= 2 holds conv2
+    r = run_stage("10_hailo_parse.py", "--model", model, "--results", rdir, "--backend", "local", "--boundary", "2", "4")
+    assert r.returncode == 0, r.stderr
+    made = calls(env)
+    assert len(made) == 4 and {c["hw_arch"] for c in made} == {"hailo8", "hailo10"}
+    c = next(c for c in made if c["net_name"] == "b2_right" and c["hw_arch"] == "hailo8")
+    assert c["model"] == str(rdir / "splits" / "b2" / "part2.onnx")
+    assert c["start_node_names"] == ["r1"] and c["net_input_shapes"] == {"r1": [1, 16, 32, 32]}
+    assert c["end_node_names"] == ["fc"] and c["extra_kwargs"] == []
+    df = pd.read_csv(rdir / "hailo_feasibility.csv", keep_default_na=False)
+    row = df[(df["boundary"] == 2) & (df["arch"] == "hailo8")].iloc[0]
+    assert (row["status"], row["op"], row["node"], row["source"]) == ("unsupported", "Conv", "conv2", "dfc")
+    assert (df[df["boundary"] == 4]["status"] == "ok").all() and not df["cached"].any()
+    # second run: everything from the cache, no compiler call
+    r = run_stage("10_hailo_parse.py", "--model", model, "--results", rdir, "--backend", "local", "--boundary", "2", "4")
+    assert r.returncode == 0 and len(calls(env)) == 4
+    assert pd.read_csv(rdir / "hailo_feasibility.csv")["cached"].all()
+    r = run_stage("10_hailo_parse.py", "--model", model, "--results", rdir, "--backend", "local", "--boundary", "2",
+                  "--arch", "hailo8", "--clear-cache")
+    assert r.returncode == 0 and len(calls(env)) == 5 and "cleared 4" in r.stdout
+    # 07 prunes what Hailo rejected, with the reason
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", rdir, "--min-compute-share", "0",
+                  "--dedup-window", "0", "--skip-span", "100", "--feasibility", rdir / "hailo_feasibility.csv")
+    assert r.returncode == 0, r.stderr
+    bd = pd.read_csv(rdir / "boundaries.csv", keep_default_na=False).set_index("boundary")
+    assert bd.loc[2, "pruned"] and bd.loc[2, "reason"] == "hailo hailo8: unsupported Conv at conv2 (dfc)"
+    assert not bd.loc[4, "pruned"]
+    prune = json.loads((rdir / "candidate_pruning.json").read_text())
+    assert prune["feasibility"]["arch"] == "hailo8"
+    assert any(c["boundary"] == 2 and c["reasons"][0].startswith("hailo") for c in prune["candidates"])
+
+
+def fake_venv(root, arch, version):
+    py = root / arch / "bin" / "python"
+    py.parent.mkdir(parents=True)
+    py.write_text(f"#!/bin/sh\nHAILO_FAKE_VENV={arch} HAILO_FAKE_VERSION={version} PYTHONPATH={FAKE} "
+                  f"exec {sys.executable} \"$@\"\n")
+    py.chmod(py.stat().st_mode | stat.S_IEXEC)
+
+
+def test_per_arch_venvs(env):
+    model, rdir = prepared(env)
+    fake_venv(env / "venvs", "hailo8", "3.33.0")
+    fake_venv(env / "venvs", "hailo10", "5.2.0")
+    r = run_stage("10_hailo_parse.py", "--model", model, "--results", rdir, "--backend", "venv", "--boundary", "4")
+    assert r.returncode == 0, r.stderr
+    made = calls(env)
+    assert sorted((c["hw_arch"], c["venv"], c["version"]) for c in made) == [
+        ("hailo10", "hailo10", "5.2.0"), ("hailo8", "hailo8", "3.33.0")]
+    df = pd.read_csv(rdir / "hailo_feasibility.csv", dtype={"compiler_version": str}).set_index("arch")
+    assert df.loc["hailo8", "compiler_version"] == "3.33.0" and df.loc["hailo10", "compiler_version"] == "5.2.0"
+    # no venv for an arch: a clear error naming the provisioning command
+    (env / "venvs" / "hailo10" / "bin" / "python").unlink()
+    r = run_stage("10_hailo_parse.py", "--model", model, "--results", rdir, "--backend", "venv", "--boundary", "4")
+    assert r.returncode == 2 and "['hailo10']" in r.stderr and "--provision" in r.stderr
+
+
+def test_provisioning_checks(env):
+    r = run_stage("10_hailo_parse.py", "--provision", "--arch", "hailo8", "--python", sys.executable)
+    if sys.version_info >= (3, 10):
+        assert r.returncode == 2 and "no vendor wheels in" in r.stderr and "vendor/hailo/hailo8" in r.stderr
+    old = env / "python38"
+    old.write_text("#!/bin/sh\necho 3 8\n")
+    old.chmod(0o755)
+    r = run_stage("10_hailo_parse.py", "--provision", "--python", old)
+    assert r.returncode == 2 and "needs Python >= 3.10" in r.stderr
+
+
+def test_static_fallback_names_unsupported_ops(env, tv_models):
+    # resnet50: every op of its right parts is in the table
+    model, rdir = tv_models("resnet50"), env / "rn"
+    for stage in ("02_shapes_flops_bytes.py", "07_split_candidates.py"):
+        assert run_stage(stage, "--model", model, "--results", rdir).returncode == 0
+    r = run_stage("10_hailo_parse.py", "--model", model, "--results", rdir, "--top-k", "3")
+    assert r.returncode == 0, r.stderr
+    assert "the compiler was not run" in r.stdout
+    df = pd.read_csv(rdir / "hailo_feasibility.csv")
+    assert (df["source"] == "static").all() and (df["status"] == "ok").all() and len(df) == 6
+    # BERT-style: the embedding Gather everywhere; LayerNormalization and Erf on hailo8 only
+    model, rdir = bert_style(env / "bert.onnx"), env / "bert"
+    assert run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", rdir).returncode == 0
+    assert run_stage("07_split_candidates.py", "--model", model, "--results", rdir).returncode == 0
+    r = run_stage("10_hailo_parse.py", "--model", model, "--results", rdir, "--boundary", "80", "--side", "left")
+    assert r.returncode == 0, r.stderr
+    assert "hailo8: 0/1 partitions ok; unsupported ops: Erf, Gather, LayerNormalization" in r.stdout
+    assert "hailo10: 0/1 partitions ok; unsupported ops: Gather" in r.stdout
+
+
+def test_bad_input(env):
+    model = env / "cnn.onnx"
+    small_cnn(model)
+    r = run_stage("10_hailo_parse.py", "--model", model, "--results", env / "none")
+    assert r.returncode == 2 and r.stderr.startswith("error:") and "run 07_split_candidates.py first" in r.stderr
+    model, rdir = prepared(env)
+    r = run_stage("10_hailo_parse.py", "--model", model, "--results", rdir, "--boundary", "42")
+    assert r.returncode == 2 and "out of range" in r.stderr and "Traceback" not in r.stderr
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", rdir, "--feasibility", env / "nope.csv")
+    assert r.returncode == 2 and "run 10_hailo_parse.py first" in r.stderr
