@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Stage 06: plots into results/<stem>/plots/ (PNG and SVG): roofline scatter, energy breakdown,
 critical-path Gantt chart, measured vs roofline time by op class, and, when stage 07 ran, the split plots
-(Comm(b) with the top-k marked, FLOPs balance, Pareto fronts, estimated two-device latency)."""
+(Comm(b) with the top-k marked, FLOPs balance, Pareto fronts, estimated two-device latency), and when stage
+09 ran, latency and utilization per hardware profile (fx_hardware)."""
 from lib import cli
 from lib.artifacts import read_csv, read_json, results_dir
 from lib.host import load_host
-from lib.plots import energy_plot, gantt_plot, latency_by_class_plot, roofline_plot, save, split_plots
+from lib.plots import (energy_plot, gantt_plot, hardware_plot, latency_by_class_plot, roofline_plot, save,
+                       split_plots)
 
 
 def main(argv=None):
@@ -14,17 +16,22 @@ def main(argv=None):
     a = p.parse_args(argv)
     rdir = results_dir(a.model, a.results)
     host = load_host(a.host)
-    prof = read_csv(rdir, "ops_profile.csv", ("node", "op_class", "ai_flop_per_byte", "achieved_gflops", "pct_latency"))
-    cp = read_csv(rdir, "critical_path.csv", ("node", "op_type", "start_us", "finish_us", "latency_us"))
-    energy = read_csv(rdir, "energy.csv", ("op_class", "e_compute_j", "e_mem_j", "e_measured_j"))
     title = rdir.name
     out = rdir / "plots"
     written = []
-    written += save(roofline_plot(prof, host, title), out, "roofline")
-    written += save(energy_plot(energy, title), out, "energy_breakdown")
-    written += save(gantt_plot(cp, title), out, "critical_path_gantt")
-    written += save(latency_by_class_plot(prof, title), out, "latency_by_class")
-    if (rdir / "boundaries.csv").exists():
+    fx_only = (rdir / "fx_hardware.csv").exists() and not (rdir / "ops_profile.csv").exists()
+    if not fx_only:
+        prof = read_csv(rdir, "ops_profile.csv", ("node", "op_class", "ai_flop_per_byte", "achieved_gflops", "pct_latency"))
+        cp = read_csv(rdir, "critical_path.csv", ("node", "op_type", "start_us", "finish_us", "latency_us"))
+        energy = read_csv(rdir, "energy.csv", ("op_class", "e_compute_j", "e_mem_j", "e_measured_j"))
+        written += save(roofline_plot(prof, host, title), out, "roofline")
+        written += save(energy_plot(energy, title), out, "energy_breakdown")
+        written += save(gantt_plot(cp, title), out, "critical_path_gantt")
+        written += save(latency_by_class_plot(prof, title), out, "latency_by_class")
+    if (rdir / "fx_hardware.csv").exists():
+        hw = read_csv(rdir, "fx_hardware.csv", ("hardware", "point", "batch", "latency_us", "utilization"))
+        written += save(hardware_plot(hw, title), out, "fx_hardware")
+    if (rdir / "boundaries.csv").exists() and not fx_only:
         bd = read_csv(rdir, "boundaries.csv", ("boundary", "comm_bytes", "flops_left", "flops_right", "pruned", "rank"))
         pareto = read_csv(rdir, "pareto_export.csv", ("front", "boundary"))
         top_k = int(read_json(rdir, "system_config.json").get("ranking", {}).get("top_k", 10))

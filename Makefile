@@ -24,7 +24,7 @@ endif
 endif
 endif
 
-.PHONY: all test calibrate clean venv help
+.PHONY: all test calibrate clean venv help fx
 .DELETE_ON_ERROR:
 
 all: $(R)/plots/.done $(R)/validation_report.json
@@ -34,6 +34,7 @@ help:
 	@echo "make all [MODEL=path.onnx]   run stages 01-08 into results/<stem>/ (default: $(MODEL))"
 	@echo "make test                    run the tests"
 	@echo "make all HAILO=1             ... with stage 10's Hailo check pruning split candidates (07 -> 10 -> 07)"
+	@echo "make fx [TORCH_MODEL=resnet18]  stage 09: FX characterize, fuse, concurrency, hardware mapping + plot"
 	@echo "make calibrate               measure this host's peak FLOP/s and bandwidth into $(HOST)"
 	@echo "make clean                   remove results/ and models/"
 
@@ -89,6 +90,12 @@ $(R)/validation_report.json: $(R)/boundaries.csv 08_export_splits.py $(LIB) $(WO
 $(R)/plots/.done: $(R)/ops_profile.csv $(R)/critical_path.csv $(R)/energy.csv $(R)/boundaries.csv 06_plots.py $(LIB) $(HOST)
 	$(PY) 06_plots.py --results $(R) --host $(HOST)
 	touch $@
+
+# stage 09 on a PyTorch model (any torchvision name, or pkg.module:factory), then its plots
+TORCH_MODEL ?= resnet18
+fx: | $(VENV)
+	$(PY) 09_fx_partition.py --model $(TORCH_MODEL)
+	$(PY) 06_plots.py --results results/$(subst :,_,$(TORCH_MODEL))
 
 calibrate: | $(VENV)
 	$(PY) -m lib.calibrate --host $(HOST)

@@ -116,12 +116,13 @@ def latency_by_class_plot(prof: pd.DataFrame, title: str):
     return fig
 
 
-def _label(ax, xlabel: str, ylabel: str, title: str | None = None, legend_loc: str = "best") -> None:
+def _label(ax, xlabel: str, ylabel: str, title: str | None = None, legend_loc: str | None = "best") -> None:
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
-    ax.legend(fontsize=8, loc=legend_loc)
+    if legend_loc:
+        ax.legend(fontsize=8, loc=legend_loc)
     ax.grid(True, alpha=0.3)
 
 
@@ -170,3 +171,26 @@ def split_plots(bd: pd.DataFrame, pareto: pd.DataFrame, title: str, top_k: int =
            "upper left")
     figs["split_latency"] = fig
     return figs
+
+
+def hardware_plot(hw: pd.DataFrame, title: str):
+    """Stage 09's mapping: latency per inference and utilization per hardware, at batch 1 and saturation."""
+    fig, axs = plt.subplots(1, 2, figsize=(12, 0.5 * hw["hardware"].nunique() + 2))
+    names = sorted(hw["hardware"].unique(), key=lambda k: -hw[(hw["hardware"] == k) & (hw["point"] == "batch1")]["latency_us"].iat[0])
+    y = np.arange(len(names))
+    for off, point, colour in ((0.2, "batch1", "tab:blue"), (-0.2, "saturating", "tab:orange")):
+        sub = hw[hw["point"] == point].set_index("hardware").loc[names]
+        label = "batch 1" if point == "batch1" else "saturating batch"
+        axs[0].barh(y + off, sub["latency_us"] / 1e3 / sub["batch"], 0.4, color=colour, label=label)
+        axs[1].barh(y + off, sub["utilization"], 0.4, color=colour, label=label)
+        for yi, (b, lat) in enumerate(zip(sub["batch"], sub["latency_us"] / 1e3 / sub["batch"])):
+            axs[0].text(lat, yi + off, f" {lat:.3g} (b={b})", va="center", fontsize=7)
+    axs[0].set_xscale("log")
+    axs[0].set_yticks(y, names)
+    axs[1].set_yticks(y, [""] * len(names))
+    _label(axs[0], "latency per inference (ms, log)", "", f"{title}: latency per inference", None)
+    _label(axs[1], "compute utilization (lanes busy)", "", "utilization", None)
+    axs[1].set_xlim(0, 1.05)
+    fig.legend(*axs[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8, bbox_to_anchor=(0.5, -0.02))
+    fig.subplots_adjust(bottom=0.2)
+    return fig

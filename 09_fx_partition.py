@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Stage 09: analyse a PyTorch model directly with torch.fx: characterize, fuse, find concurrency, map onto
+hardware profiles (configs/hardware/*.yaml).
+
+--model resnet18 (any torchvision model, random weights) or pkg.module:factory; --input-shape 1x3x224x224.
+Writes fx_nodes.csv, fx_subgraphs.csv, fx_hardware.csv and fx_summary.json into results/<model>/.
+--compare resnet18 mobilenet_v2 efficientnet_b0 prints and writes the side-by-side table (fx_compare.csv).
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from lib import cli
+from lib.artifacts import CONFIGS, REPO, versions, write_csv, write_json
+from lib.errors import StageError
+from lib.fx_partition import analyze, parse_shape
+from lib.units import fmt_bytes, fmt_count
+
+
+def report(res: dict) -> None:
+    s, hw = res["summary"], res["hardware"]
+    print(f"{s['model']} ({s['trace']}), input {'x'.join(map(str, s['input_shape']))}: "
+          f"{fmt_count(s['macs_conv_linear_matmul'])}MAC conv/linear/matmul, {fmt_count(s['flops'])}FLOP in all")
+    print(f"  fusion: {s['ops_before_fusion']} ops -> {s['subgraphs_after_fusion']} subgraphs; memory traffic "
+          f"{fmt_bytes(s['bytes_before_fusion'])} -> {fmt_bytes(s['bytes_after_fusion'])} "
+          f"({100 * (1 - s['bytes_after_fusion'] / s['bytes_before_fusion']):.1f}% saved)")
+    print(f"  concurrency: {s['stages']} stages, max {s['max_parallel_ops']} ops in parallel; critical path "
+          f"{s['critical_path_ops']} of {s['ops']} ops, {fmt_count(s['critical_path_flops'])}FLOP, "
+          f"{s['critical_path_time_us'] / 1e3:.2f} ms on the host model")
+    print(f"  arithmetic intensity {s['arithmetic_intensity']:.1f} FLOP/B; host bottlenecks "
+          + ", ".join(f"{k} {100 * v:.0f}%" for k, v in s["bottleneck_mix_host"].items()))
+    print(f"  {'hardware':<18} {'point':<10} {'batch':>5} {'latency ms':>10} {'inf/s':>9} {'mJ/inf':>8} {'util':>6}")
+    for r in hw.itertuples():
+        print(f"  {r.hardware:<18} {r.point:<10} {r.batch:>5} {r.latency_us / 1e3:>10.3f} {r.throughput_per_s:>9.0f} "
+              f"{r.energy_per_inference_j * 1e3:>8.3f} {r.utilization:>6.2f}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="torchvision model name (e.g. resnet18) or pkg.module:factory")
+    p.add_argument("--input-shape", default="1x3x224x224", help="example input shape (default: %(default)s)")
+    p.add_argument("--batch", type=int, help="batch size (replaces the first dim of --input-shape)")
+    p.add_argument("--results", metavar="DIR", help="results folder (default: results/<model>/)")
+    p.add_argument("--max-fuse", type=int, default=8, help="resource limit: most ops in one fused subgraph (default 8)")
+    p.add_argument("--hardware-dir", default=str(CONFIGS / "hardware"), help="hardware profiles (default: %(default)s)")
+    p.add_argument("--compare", nargs="+", metavar="MODEL", help="analyse several models and print them side by side")
+    a = p.parse_args(argv)
+    shape = parse_shape(a.input_shape)
+    if a.batch:
+        if a.batch < 1:
+            raise StageError("--batch must be >= 1")
+        shape[0] = a.batch
+    if a.compare:
+        rows = []
+        for name in a.compare:
+            print(f"analysing {name} ...", file=sys.stderr, flush=True)
+            res = analyze(name, shape, a.max_fuse, a.hardware_dir)
+            s, hw = res["summary"], res["hardware"]
+            row = {"model": name, "gflops": s["flops"] / 1e9, "gmacs": s["macs_conv_linear_matmul"] / 1e9,
+                   "ops": s["ops_before_fusion"], "subgraphs": s["subgraphs_after_fusion"],
+                   "bytes_saved_pct": 100 * (1 - s["bytes_after_fusion"] / s["bytes_before_fusion"]),
+                   "max_parallel": s["max_parallel_ops"], "critical_path_ops": s["critical_path_ops"],
+                   "ai_flop_per_byte": s["arithmetic_intensity"],
+                   "host_memory_bound_pct": 100 * s["bottleneck_mix_host"].get("memory", 0.0)}
+            for r in hw[hw["point"] == "batch1"].itertuples():
+                row[f"{r.hardware}_ms"] = r.latency_us / 1e3
+                row[f"{r.hardware}_mj"] = r.energy_per_inference_j * 1e3
+            rows.append(row)
+        df = pd.DataFrame(rows)
+        out = Path(a.results) if a.results else REPO / "results" / "fx_compare"
+        write_csv(df, out / "fx_compare.csv")
+        with pd.option_context("display.width", 200, "display.max_columns", 50, "display.float_format", "{:.3g}".format):
+            print(df.set_index("model").T.to_string())
+        print(f"wrote {out / 'fx_compare.csv'}")
+        return 0
+    if not a.model:
+        p.error("--model is required (or --compare MODEL ...)")
+    res = analyze(a.model, shape, a.max_fuse, a.hardware_dir)
+    rdir = Path(a.results) if a.results else REPO / "results" / a.model.replace(":", "_").replace("/", "_")
+    write_csv(res["nodes"], rdir / "fx_nodes.csv")
+    write_csv(res["subgraphs"], rdir / "fx_subgraphs.csv")
+    write_csv(res["hardware"], rdir / "fx_hardware.csv")
+    write_json({**res["summary"], "hardware_sources": {k: p["sources"] for k, p in res["profiles"].items()},
+                "versions": versions()}, rdir / "fx_summary.json")
+    report(res)
+    print(f"wrote {rdir}/fx_nodes.csv, fx_subgraphs.csv, fx_hardware.csv, fx_summary.json")
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(main)

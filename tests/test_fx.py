@@ -1,0 +1,84 @@
+"""Stage 09: FX characterization, fusion, concurrency and hardware mapping."""
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import run_stage
+from lib.fx_partition import analyze
+
+SHAPE = [1, 3, 8, 8]
+
+
+def test_hand_made_costs_fusion_and_concurrency():
+    res = analyze("tests.fx_models:fork_join", SHAPE)
+    n = res["nodes"].set_index("node")
+    assert n.loc["conv", "macs"] == 8 * 8 * 8 * 3 * 9 and n.loc["conv", "flops"] == 2 * 8 * 8 * 8 * 3 * 9
+    assert n.loc["a", "macs"] == n.loc["b", "macs"] == 8 * 64 * 8
+    assert n.loc["fc", "macs"] == 512 * 10 and n.loc["fc", "op_class"] == "gemm"
+    assert n.loc["bn", "flops"] == 2 * 512 and n.loc["relu", "flops"] == 512 and n.loc["add", "flops"] == 512
+    assert n.loc["conv", "weight_bytes"] == 8 * 3 * 9 * 4 and n.loc["conv", "out_bytes"] == 512 * 4
+    sg = res["subgraphs"]
+    # fork after relu ends the first subgraph; the join (add) starts one; flatten rides along; fc is new
+    assert list(sg["nodes"]) == ["conv;bn;relu", "a", "b", "add;relu2;flatten", "fc"]
+    assert list(sg["pattern"])[0] == "Conv+BN+ReLU" and list(sg["pattern"])[3] == "Add+ReLU"
+    first = sg.iloc[0]
+    assert first["internal_bytes"] == 2 * 512 * 4 and first["bytes_saved"] == 2 * first["internal_bytes"]
+    s = res["summary"]
+    assert s["ops_before_fusion"] == 9 and s["subgraphs_after_fusion"] == 5
+    assert s["max_parallel_ops"] == 2 and s["stages"] == 8                # a and b run side by side
+    assert s["critical_path_ops"] == 8                                    # one of a/b is off the path
+    hw = res["hardware"]
+    assert set(hw["hardware"]) >= {"h100_sxm5", "tpu_v4", "hailo8", "kpu_t64", "desktop_i7_12700k", "host"}
+    assert (hw["utilization"] > 0).all() and (hw["utilization"] <= 1).all()
+
+
+def test_resnet18_is_a_chain_with_downsample_branches():
+    s = analyze("resnet18", [1, 3, 224, 224])["summary"]
+    assert s["max_parallel_ops"] == 2
+    assert s["critical_path_ops"] >= 0.9 * s["ops"]
+    assert s["subgraphs_after_fusion"] < s["ops_before_fusion"] and s["bytes_after_fusion"] < s["bytes_before_fusion"]
+
+
+@pytest.mark.parametrize("name,gmacs", [("resnet18", 1.81), ("resnet50", 4.09), ("mobilenet_v2", 0.30),
+                                        ("efficientnet_b0", 0.39), ("vit_b_16", 17.56)])
+def test_macs_match_torchvision(name, gmacs):
+    s = analyze(name, [1, 3, 224, 224])["summary"]
+    assert round(s["macs_conv_linear_matmul"] / 1e9, 2) == gmacs
+    assert s["macs_conv_linear_matmul"] / 1e9 == pytest.approx(gmacs, rel=0.015)
+    assert not s["unknown_cost_ops"]
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_fx_and_onnx_totals_agree(tv_models, tmp_path, name):
+    r = run_stage("02_shapes_flops_bytes.py", "--model", tv_models(name), "--results", tmp_path)
+    assert r.returncode == 0, r.stderr
+    onnx_df = pd.read_csv(tmp_path / "ops_metrics.csv")
+    res = analyze(name, [1, 3, 224, 224])
+    assert res["summary"]["macs_conv_linear_matmul"] == pytest.approx(onnx_df["macs"].sum(), rel=0.01)
+    # the ONNX exporter folds BatchNormalization into the convolutions; FX keeps it as its own node
+    fx_flops = res["nodes"].loc[res["nodes"]["op_class"] != "norm", "flops"].sum()
+    assert not (onnx_df["op_type"] == "BatchNormalization").any()
+    assert fx_flops == pytest.approx(onnx_df["flops"].sum(), rel=0.01)
+    sg = res["subgraphs"]
+    assert len(sg) < res["summary"]["ops_before_fusion"] and sg["bytes_saved"].sum() > 0
+
+
+def test_stage_script_outputs_and_bad_input(tmp_path):
+    r = run_stage("09_fx_partition.py", "--model", "tests.fx_models:fork_join", "--input-shape", "1x3x8x8",
+                  "--results", tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "9 ops -> 5 subgraphs" in r.stdout
+    for f in ("fx_nodes.csv", "fx_subgraphs.csv", "fx_hardware.csv", "fx_summary.json"):
+        assert (tmp_path / f).exists()
+    summary = json.loads((tmp_path / "fx_summary.json").read_text())
+    assert all(summary["hardware_sources"].values())                      # every profile cites its sources
+    r = run_stage("09_fx_partition.py", "--model", "tests.fx_models:with_gate", "--input-shape", "1x3x8x8",
+                  "--results", tmp_path / "g")
+    assert r.returncode == 0 and "leaf" in (r.stdout + r.stderr)           # fallback, and it says so
+    for args, needle in ((["--model", "no_such_net"], "unknown model"),
+                         (["--model", "tests.fx_models:untraceable"], "cannot trace"),
+                         (["--model", "resnet18", "--input-shape", "1x3xbad"], "bad --input-shape"),
+                         (["--model", "tests.fx_models:fork_join", "--input-shape", "1x5x8x8"], "does not run")):
+        r = run_stage("09_fx_partition.py", *args, "--results", tmp_path / "x")
+        assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
