@@ -7,7 +7,6 @@ outputs), each with its own weights (external data reached by hardlink or copy),
 standalone run_split.py, split_meta.json, a split-context diagram, and validation_report.json: full(x)
 against part2(part1(x)) with ONNX Runtime on seeded random inputs (or --inputs-npz), with latencies.
 """
-import json
 import shutil
 from pathlib import Path
 

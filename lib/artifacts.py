@@ -34,6 +34,8 @@ PRODUCER = {
     "pareto_export.csv": "07_split_candidates.py",
     "system_config.json": "07_split_candidates.py",
     "validation_report.json": "08_export_splits.py",
+    "fx_hardware.csv": "09_fx_partition.py",
+    "hailo_feasibility.csv": "10_hailo_parse.py",
 }
 
 

@@ -88,7 +88,12 @@ def backend_python(backend: str, arch: str) -> list[str] | None:
         wsl = shutil.which("wsl")
         if not wsl:
             return None
-        return [wsl, "-e", f"~/.nn-perf/hailo/{arch}/bin/python"]
+        # no shell inside WSL to expand "~": ask WSL for its $HOME, then name the venv's python absolutely
+        try:
+            home = subprocess.run([wsl, "-e", "printenv", "HOME"], capture_output=True, text=True, timeout=60).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return [wsl, "-e", f"{home}/.nn-perf/hailo/{arch}/bin/python"] if home else None
     if backend == "auto":
         for b in ("local", "venv", "wsl"):
             cmd = backend_python(b, arch)

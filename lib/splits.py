@@ -9,6 +9,7 @@ that uses them, and original graph inputs are fed to either part directly.
 from __future__ import annotations
 
 import heapq
+import os
 from itertools import islice
 
 import numpy as np
@@ -198,7 +199,6 @@ def prune_and_rank(df: pd.DataFrame, system: dict, feasibility: dict[int, str] |
 
 def feasibility_reasons(path, arch: str) -> dict[int, str]:
     """Boundaries whose partition the Hailo check (stage 10) rejected for `arch` -> the pruning reason."""
-    import os
     if not os.path.exists(path):
         raise StageError(f"--feasibility {path} not found: run 10_hailo_parse.py first")
     df = pd.read_csv(path, keep_default_na=False)

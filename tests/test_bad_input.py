@@ -1,5 +1,4 @@
 """Bad input: exit code 2, one clear line on stderr, no traceback, nothing written."""
-import shutil
 
 import pytest
 from onnx import helper

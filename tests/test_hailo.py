@@ -1,7 +1,6 @@
 """Stage 10 against a fake hailo_sdk_client (tests only): call contract, per-arch venvs, cache, 07 pruning,
 and the static fallback on real exports."""
 import json
-import os
 import stat
 import sys
 

@@ -1,7 +1,6 @@
 """Hand-computed FLOPs, MACs and bytes on tiny graphs."""
 import math
 
-import numpy as np
 import pytest
 from onnx import TensorProto, helper
 

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import REPO, run_stage, small_cnn
+from conftest import run_stage, small_cnn
 from lib.graph import build_graph, load_model
 
 STAGES = ["01_profile_onnx.py", "02_shapes_flops_bytes.py", "03_merge_profile_metrics.py",

@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 import pandas as pd
 import pytest
-from onnx import helper, numpy_helper, shape_inference
+from onnx import helper, shape_inference
 
 from conftest import make_model, run_stage, tensor, weight
 from lib.splits import pareto_front
