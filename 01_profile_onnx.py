@@ -28,7 +28,7 @@ def main(argv=None):
     if a.runs < 1 or a.warmup < 0 or a.threads < 0:
         raise StageError("--runs must be >= 1, --warmup and --threads >= 0")
     rdir = results_dir(a.model, a.results)
-    g, shapes = prepare(a.model, a.shape_override, a.workload)
+    g, shapes = prepare(a.model, a.shape_override, a.workload, a.preset)
     seed = a.seed if a.seed is not None else int(load_workload(a.workload).get("seed", 0))
     feeds = load_npz_inputs(a.inputs_npz, g.model) if a.inputs_npz else random_inputs(g.model, shapes, seed)
     print(f"profiling {a.model}: {len(g.nodes)} nodes, {a.warmup} warm-up + {a.runs} runs on {a.provider}")

@@ -22,7 +22,7 @@ def main(argv=None):
     if not a.model:
         p.error("--model is required")
     rdir = results_dir(a.model, a.results)
-    g, shapes = prepare(a.model, a.shape_override, a.workload)
+    g, shapes = prepare(a.model, a.shape_override, a.workload, a.preset)
     df = node_metrics(g)
     s = summarize(df)
     if a.fail_on_unknown and s["unknown_cost_nodes"]:

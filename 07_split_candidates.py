@@ -47,7 +47,7 @@ def main(argv=None):
     if not 0 <= float(rk.get("min_compute_share", 0)) <= 0.5:
         raise StageError("min compute share must lie in 0..0.5")
     metrics = read_csv(rdir, "ops_metrics.csv", ("node", "flops", "act_in_bytes", "act_out_bytes", "weight_bytes"))
-    g, shapes = prepare(a.model, a.shape_override, a.workload)
+    g, shapes = prepare(a.model, a.shape_override, a.workload, a.preset)
     if list(metrics["node"]) != g.names:
         raise StageError(f"{rdir / 'ops_metrics.csv'} does not match {a.model}: re-run 02_shapes_flops_bytes.py on it")
     latency = None

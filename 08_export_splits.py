@@ -81,7 +81,7 @@ def main(argv=None):
         raise StageError("--top-k and --runs must be >= 1")
     rdir = results_dir(a.model, a.results)
     bd = read_csv(rdir, "boundaries.csv", ("boundary", "after_node", "comm_bytes", "rank", "n_cut_tensors"))
-    g, shapes = prepare(a.model, a.shape_override, a.workload)
+    g, shapes = prepare(a.model, a.shape_override, a.workload, a.preset)
     if list(bd["after_node"]) != g.names[:-1]:
         raise StageError(f"{rdir / 'boundaries.csv'} does not match {a.model}: re-run 07_split_candidates.py on it")
     seed = a.seed if a.seed is not None else int(load_workload(a.workload).get("seed", 0))

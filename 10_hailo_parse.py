@@ -62,7 +62,7 @@ def main(argv=None):
     else:
         chosen = [int(b) for b in bd[bd["rank"].notna()].sort_values("rank")["boundary"].head(a.top_k)]
     table = load_op_table(a.op_table)
-    g, _ = prepare(a.model, a.shape_override, a.workload)
+    g, _ = prepare(a.model, a.shape_override, a.workload, a.preset)
     cmds = {arch: (None if a.backend == "static" else backend_python(a.backend, arch)) for arch in a.arch}
     if a.backend not in ("auto", "static") and not all(cmds.values()):
         missing = [arch for arch, c in cmds.items() if not c]

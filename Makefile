@@ -14,6 +14,9 @@ LIB     := $(wildcard lib/*.py)
 # extra flags for stage 01 / 02, e.g. PROFILE_ARGS="--threads 1"  SHAPE_ARGS="--shape-override 'input=1x3x224x224'"
 PROFILE_ARGS ?=
 SHAPE_ARGS   ?=
+# a symbolic-dim preset of configs/workload.yaml (e.g. PRESET=llm-128) for every stage that shapes inputs
+PRESET       ?=
+SHAPE_ARGS   += $(if $(PRESET),--preset $(PRESET))
 
 # a user's MODEL that does not exist: one clear line instead of make's "No rule to make target"
 ifneq ($(filter all,$(or $(MAKECMDGOALS),all)),)
@@ -51,7 +54,7 @@ models/resnet50.onnx: lib/export_models.py | $(VENV)
 
 # 01 runs after 02 (order-only) so that profiling never shares the cores with another stage under make -j
 $(R)/ops_latency.csv: $(MODEL) 01_profile_onnx.py $(LIB) $(WORKLOAD) | $(VENV) $(R)/ops_metrics.csv
-	$(PY) 01_profile_onnx.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --runs $(RUNS) $(PROFILE_ARGS)
+	$(PY) 01_profile_onnx.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --runs $(RUNS) $(PROFILE_ARGS) $(if $(PRESET),--preset $(PRESET))
 
 $(R)/ops_metrics.csv: $(MODEL) 02_shapes_flops_bytes.py $(LIB) $(WORKLOAD) | $(VENV)
 	$(PY) 02_shapes_flops_bytes.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) $(SHAPE_ARGS)

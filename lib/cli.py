@@ -23,6 +23,7 @@ def add_workload(p: argparse.ArgumentParser) -> None:
                    help="symbolic-dim values and seed (default: %(default)s)")
     p.add_argument("--shape-override", action="append", default=[], metavar="'NAME=1x3x224x224 ...'",
                    help="fix the shape of graph inputs; several NAME=DIMS pairs, space separated, or repeat the flag")
+    p.add_argument("--preset", metavar="NAME", help="symbolic-dim preset from the workload file (e.g. llm-128)")
 
 
 def add_host(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, shape_inference
+from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 from .artifacts import load_yaml
 from .errors import StageError
@@ -89,7 +89,7 @@ def resolve_input_shapes(model: onnx.ModelProto, overrides: dict[str, list[int]]
     if unresolved:
         example = " ".join(f"{i.name}=..." for i in inputs)
         raise StageError(f"unresolved dynamic dims {', '.join(unresolved)}: pass --shape-override "
-                         f"'{example}' or set symbolic_dims in configs/workload.yaml")
+                         f"'{example}', a --preset, or symbolic_dims in configs/workload.yaml")
     return shapes
 
 
@@ -165,10 +165,15 @@ class Graph:
     producer: dict[str, int] = field(default_factory=dict)      # tensor -> node position
     consumers: dict[str, list[int]] = field(default_factory=dict)
     file_order: bool = True                                      # the file's order was topological
+    implicit: dict[int, list[str]] = field(default_factory=dict)  # outer tensors If/Loop/Scan bodies read
+    const_values: dict[str, float] = field(default_factory=dict)  # scalar constants (Loop trip counts ...)
+
+    def inputs(self, i: int) -> list[str]:
+        return list(self.nodes[i].input) + self.implicit.get(i, [])
 
     def preds(self, i: int) -> list[int]:
         out = []
-        for t in self.nodes[i].input:
+        for t in self.inputs(i):
             p = self.producer.get(t)
             if p is not None and p not in out:
                 out.append(p)
@@ -258,6 +263,43 @@ def _topological(nodes: list[onnx.NodeProto], available: set[str]) -> tuple[list
     return order, False
 
 
+def _outer_reads(node: onnx.NodeProto) -> list[str]:
+    """Tensors a control-flow node's subgraphs read from the enclosing scope (their implicit inputs)."""
+    out: list[str] = []
+    for a in node.attribute:
+        if a.type != onnx.AttributeProto.GRAPH:
+            continue
+        sub = a.g
+        local = {i.name for i in sub.input} | {t.name for t in sub.initializer}
+        for n in sub.node:
+            out += [t for t in list(n.input) + _outer_reads(n) if t and t not in local and t not in out]
+            local.update(n.output)
+    return out
+
+
+def _scalar_constants(g: onnx.GraphProto) -> dict[str, float]:
+    vals = {}
+    tensors = [(t.name, t) for t in g.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    tensors += [(n.output[0], a.t) for n in g.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"]
+    for name, t in tensors:
+        if int(np.prod(t.dims, dtype=np.int64)) == 1:
+            try:
+                vals[name] = float(numpy_helper.to_array(t).reshape(-1)[0])
+            except Exception:  # noqa: BLE001 - odd encodings are simply not known scalars
+                pass
+    return vals
+
+
+def subgraph_view(body: onnx.GraphProto, outer: Graph) -> Graph:
+    """A Graph over a control-flow body whose tensors fall back on the enclosing graph's shapes."""
+    m = onnx.ModelProto()
+    m.graph.CopyFrom(body)
+    sub = build_graph(m)
+    sub.tensors = {**outer.tensors, **sub.tensors}
+    sub.const_values = {**outer.const_values, **sub.const_values}
+    return sub
+
+
 def build_graph(model: onnx.ModelProto) -> Graph:
     g = model.graph
     inits = _initializer_names(g)
@@ -268,16 +310,18 @@ def build_graph(model: onnx.ModelProto) -> Graph:
     names = [names[i] for i in order]
     producer: dict[str, int] = {}
     consumers: dict[str, list[int]] = {}
+    implicit = {pos: _outer_reads(n) for pos, n in enumerate(nodes) if n.op_type in ("If", "Loop", "Scan")}
     for pos, n in enumerate(nodes):
         for o in n.output:
             if o:
                 producer[o] = pos
-        for t in n.input:
+        for t in list(n.input) + implicit.get(pos, []):
             if t:
                 consumers.setdefault(t, []).append(pos)
     return Graph(model=model, nodes=nodes, names=names, tensors=_tensor_infos(model), initializers=inits,
                  graph_inputs=inputs, graph_outputs=[o.name for o in g.output],
-                 producer=producer, consumers=consumers, file_order=file_order)
+                 producer=producer, consumers=consumers, file_order=file_order,
+                 implicit={k: v for k, v in implicit.items() if v}, const_values=_scalar_constants(g))
 
 
 def constant_tensors(g: Graph) -> set[str]:
@@ -291,14 +335,36 @@ def constant_tensors(g: Graph) -> set[str]:
     return const
 
 
+def shape_tensors(g: Graph, consts: set[str]) -> set[str]:
+    """Outputs of shape arithmetic: Shape/Size results and whatever is computed from them (with constants)
+    alone, e.g. Shape -> Gather -> Unsqueeze -> Concat feeding a Reshape. Zero FLOPs, marked as shape ops."""
+    shp: set[str] = set()
+    for n in g.nodes:
+        ins = [t for t in n.input if t]
+        if n.op_type in ("Shape", "Size") or (ins and any(t in shp for t in ins)
+                                               and all(t in shp or t in consts for t in ins)):
+            shp.update(o for o in n.output if o)
+    return shp
+
+
 RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
 
+def symbolic_dims(workload: dict, preset: str | None) -> dict[str, int]:
+    dims = dict(workload.get("symbolic_dims") or {})
+    if preset:
+        presets = workload.get("presets") or {}
+        if preset not in presets:
+            raise StageError(f"unknown --preset {preset}: the workload file has {sorted(presets) or 'none'}")
+        dims.update(presets[preset])
+    return dims
+
+
 def prepare(path: str | Path, overrides: list[str] | None = None, workload: str | Path | None = None,
-            ) -> tuple[Graph, dict[str, list[int]]]:
-    """Load, fix input shapes (overrides > workload symbolic_dims > the file's own), infer, index."""
+            preset: str | None = None) -> tuple[Graph, dict[str, list[int]]]:
+    """Load, fix input shapes (overrides > preset > workload symbolic_dims > the file's own), infer, index."""
     model = load_model(path)
     wl = load_workload(workload)
-    shapes = resolve_input_shapes(model, parse_shape_overrides(overrides or []), wl.get("symbolic_dims") or {})
+    shapes = resolve_input_shapes(model, parse_shape_overrides(overrides or []), symbolic_dims(wl, preset))
     fix_input_shapes(model, shapes)
     return build_graph(infer_shapes(model)), shapes

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .graph import Graph, constant_tensors, dtype_name
+from .graph import Graph, constant_tensors, dtype_name, shape_tensors
 from .op_costs import SHAPE_OPS, node_cost, op_class
 
 METRIC_COLUMNS = ["node", "op_type", "topo_idx", "flops", "macs", "act_in_bytes", "act_out_bytes",
-                  "weight_bytes", "dtype", "out_shapes", "cost_known", "shape_op", "op_class"]
+                  "weight_bytes", "dtype", "out_shapes", "cost_known", "shape_op", "op_class", "mac_dtype"]
 
 
 def _bytes(g: Graph, names) -> tuple[int, bool]:
@@ -26,8 +26,15 @@ def _bytes(g: Graph, names) -> tuple[int, bool]:
     return total, known
 
 
+def _mac_dtype(n, g: Graph) -> str:
+    idx = 3 if n.op_type in ("QLinearConv", "QLinearMatMul", "QGemm") else 1
+    t = g.tensors.get(n.input[idx]) if len(n.input) > idx else None
+    return dtype_name(t.elem_type) if t is not None else "unknown"
+
+
 def node_metrics(g: Graph) -> pd.DataFrame:
     consts = constant_tensors(g)
+    shapes_ = shape_tensors(g, consts)
     rows = []
     for pos, n in enumerate(g.nodes):
         cost = node_cost(n, g)
@@ -55,14 +62,16 @@ def node_metrics(g: Graph) -> pd.DataFrame:
             "dtype": dtype_name(main.elem_type) if main is not None else "unknown",
             "out_shapes": shapes,
             "cost_known": cost is not None,
-            "shape_op": n.op_type in SHAPE_OPS,
+            "shape_op": n.op_type in SHAPE_OPS or bool(outs) and all(o in shapes_ for o in outs),
             "op_class": op_class(n, g),
+            # integer MACs stay MACs: the element type they are done in (the weight operand's)
+            "mac_dtype": _mac_dtype(n, g) if cost is not None and cost[1] > 0 else "",
         })
     return pd.DataFrame(rows, columns=METRIC_COLUMNS)
 
 
 def summarize(df: pd.DataFrame) -> dict:
-    mac_ops = df["op_type"].isin(["Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum"])
+    mac_ops = df["macs"] > 0          # Conv/Gemm/MatMul/Einsum and their integer and quantized forms
     unknown = df.loc[~df["cost_known"], "op_type"]
     return {
         "nodes": int(len(df)),

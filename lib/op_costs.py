@@ -54,9 +54,9 @@ def _numel(shape) -> int:
     return int(math.prod(shape)) if shape is not None else 0
 
 
-def conv_macs(node, g: Graph):
+def conv_macs(node, g: Graph, w_idx: int = 1):
     """N * Cout * prod(out spatial) * (Cin / group) * prod(kernel): any rank, grouped, depthwise, dilated."""
-    w, y = _shape(g, node.input[1]), _shape(g, node.output[0])
+    w, y = _shape(g, node.input[w_idx]), _shape(g, node.output[0])
     if w is None or y is None:
         return None
     # W is (Cout, Cin/group, k...) ; Y is (N, Cout, spatial...)
@@ -72,17 +72,12 @@ def conv_transpose_macs(node, g: Graph):
 
 
 def gemm_macs(node, g: Graph):
-    a, b = _shape(g, node.input[0]), _shape(g, node.input[1])
-    if a is None or b is None:
-        return None
-    m, k = (a[1], a[0]) if _attr(node, "transA", 0) else (a[0], a[1])
-    n = b[0] if _attr(node, "transB", 0) else b[1]
-    return m * n * k
+    return gemm_macs_at(node, g, 1)
 
 
-def matmul_macs(node, g: Graph):
+def matmul_macs(node, g: Graph, b_idx: int = 1):
     """numpy matmul semantics: 1-D operands promoted, batch dims broadcast; MACs = batch * M * N * K."""
-    a, b = _shape(g, node.input[0]), _shape(g, node.input[1])
+    a, b = _shape(g, node.input[0]), _shape(g, node.input[b_idx])
     if a is None or b is None:
         return None
     a = [1] + list(a) if len(a) == 1 else list(a)
@@ -112,27 +107,56 @@ def einsum_macs(node, g: Graph):
     return int(math.prod(sizes.values()))
 
 
+def gemm_macs_at(node, g: Graph, b_idx: int):
+    a, b = _shape(g, node.input[0]), _shape(g, node.input[b_idx])
+    if a is None or b is None:
+        return None
+    m, k = (a[1], a[0]) if _attr(node, "transA", 0) else (a[0], a[1])
+    n = b[0] if _attr(node, "transB", 0) else b[1]
+    return m * n * k
+
+
 def _pool_kernel(node, g: Graph):
     ks = _attr(node, "kernel_shape")
     return int(math.prod(ks)) if ks else None
 
 
 MAC_OPS = {"Conv": conv_macs, "ConvTranspose": conv_transpose_macs, "Gemm": gemm_macs,
-           "MatMul": matmul_macs, "Einsum": einsum_macs}
+           "MatMul": matmul_macs, "Einsum": einsum_macs,
+           # integer / quantized forms: the same loops, weights at another input position
+           "ConvInteger": conv_macs, "QLinearConv": lambda n, g: conv_macs(n, g, 3),
+           "MatMulInteger": matmul_macs, "QLinearMatMul": lambda n, g: matmul_macs(n, g, 3),
+           "com.microsoft:FusedMatMul": matmul_macs, "com.microsoft:FusedConv": conv_macs,
+           "com.microsoft:QGemm": lambda n, g: gemm_macs_at(n, g, 3),
+           "com.microsoft:DynamicQuantizeMatMul": matmul_macs, "com.microsoft:MatMulIntegerToFloat": matmul_macs}
+# com.microsoft contrib ops that are a standard op under another name (ORT fusions and quantization emit them)
+CONTRIB_ALIASES = {"com.microsoft:Gelu": "Gelu", "com.microsoft:FastGelu": "FastGelu", "com.microsoft:BiasGelu": "BiasGelu",
+                   "com.microsoft:QuickGelu": "QuickGelu", "com.microsoft:QLinearAdd": "Add", "com.microsoft:QLinearMul": "Mul",
+                   "com.microsoft:QLinearSigmoid": "Sigmoid", "com.microsoft:QLinearLeakyRelu": "LeakyRelu",
+                   "com.microsoft:QLinearGlobalAveragePool": "GlobalAveragePool", "com.microsoft:QLinearConcat": "Concat",
+                   "com.microsoft:QLinearAveragePool": "AveragePool", "com.microsoft:QLinearSoftmax": "Softmax",
+                   "com.microsoft:SkipLayerNormalization": "LayerNormalization", "com.microsoft:BiasAdd": "Add"}
+# per-element FLOPs of (de)quantization: scale and round/saturate; dynamic quantization also finds min/max
+QUANT = {"QuantizeLinear": 2, "DequantizeLinear": 2, "DynamicQuantizeLinear": 4}
 
 
 def node_cost(node, g: Graph) -> tuple[float, float] | None:
     """(flops, macs) of one node, or None when the op (or a shape it needs) is unknown."""
     op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
+    op = CONTRIB_ALIASES.get(op, op)
     out = _shape(g, node.output[0]) if node.output else None
     if op in MAC_OPS:
         macs = MAC_OPS[op](node, g)
         return None if macs is None else (2.0 * macs, float(macs))
     if op in ZERO_FLOP:
         return 0.0, 0.0
+    if op in CONTROL_FLOW:
+        return control_flow_cost(node, g)
     if out is None:
         return None
     n_out = _numel(out)
+    if op in QUANT:
+        return float(QUANT[op] * n_out), 0.0
     if op in ELEMENTWISE:
         # variadic ops (Sum/Max/Min/Mean) do (inputs - 1) operations per element
         k = max(1, len([i for i in node.input if i]) - 1) if op in ("Sum", "Max", "Min", "Mean") else 1
@@ -167,6 +191,42 @@ NORMS = {"BatchNormalization", "InstanceNormalization", "LayerNormalization", "G
 POOLS = {"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}
 
 
+CONTROL_FLOW = {"If", "Loop", "Scan"}
+
+
+def control_flow_cost(node, g: Graph):
+    """If: the dearer branch (an upper bound); Loop: body x trip count when the count is a constant, else
+    unknown; Scan: body x the scanned length. A body op of unknown cost makes the whole node unknown."""
+    from .graph import subgraph_view
+    bodies = {a.name: a.g for a in node.attribute if a.type == a.GRAPH}
+    costs = {}
+    for name, body in bodies.items():
+        sub = subgraph_view(body, g)
+        total = [0.0, 0.0]
+        for n in sub.nodes:
+            c = node_cost(n, sub)
+            if c is None:
+                return None
+            total[0] += c[0]
+            total[1] += c[1]
+        costs[name] = total
+    if node.op_type == "If":
+        return tuple(max(costs.values(), key=lambda c: c[0])) if costs else None
+    if node.op_type == "Loop":
+        trips = g.const_values.get(node.input[0]) if node.input and node.input[0] else None
+        if trips is None:
+            return None          # trip count only known at run time: flagged, never guessed
+        return costs["body"][0] * float(trips), costs["body"][1] * float(trips)
+    # Scan: the scan inputs' leading (or scan_input_axes) dimension
+    n_state = len(node.input) - int(_attr(node, "num_scan_inputs", 0))
+    x = _shape(g, node.input[n_state]) if len(node.input) > n_state else None
+    axes = _attr(node, "scan_input_axes", [0]) or [0]
+    if x is None:
+        return None
+    steps = x[axes[0]]
+    return costs["body"][0] * steps, costs["body"][1] * steps
+
+
 def op_class(node, g: Graph) -> str:
     """Coarse class used for offload kernels and hardware speed-ups (conv, conv_depthwise, gemm, matmul ...)."""
     op = node.op_type
@@ -178,8 +238,14 @@ def op_class(node, g: Graph) -> str:
         return "conv_grouped" if group > 1 else "conv"
     if op == "Gemm":
         return "gemm"
-    if op in ("MatMul", "Einsum"):
+    if op in ("MatMul", "Einsum", "MatMulInteger", "QLinearMatMul", "FusedMatMul", "DynamicQuantizeMatMul"):
         return "matmul"
+    if op in ("ConvInteger", "QLinearConv"):
+        return "conv"
+    if op in QUANT:
+        return "quantize"
+    if op in CONTROL_FLOW:
+        return "control_flow"
     if op in POOLS:
         return "pool"
     if op in NORMS:

@@ -1,0 +1,118 @@
+"""Integer/quantized op costs, control-flow bodies, shape arithmetic and presets (hand-made graphs), and a
+real ONNX Runtime dynamic quantization of resnet18."""
+import json
+
+import numpy as np
+import onnx
+import pandas as pd
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import make_model, run_stage, tensor
+from lib.graph import build_graph, infer_shapes
+from lib.metrics import node_metrics
+
+
+def scalar(name, value, dtype=np.float32):
+    return numpy_helper.from_array(np.array(value, dtype=dtype), name)
+
+
+def metrics(nodes, inputs, outputs, inits=(), opset=17):
+    m = make_model(nodes, inputs, outputs, inits, opset=opset)
+    return node_metrics(build_graph(infer_shapes(m))).set_index("node")
+
+
+def test_quantized_and_integer_ops():
+    q = [scalar("xs", 0.1), scalar("xz", 0, np.uint8), scalar("ws", 0.2), scalar("wz", 0, np.int8),
+         scalar("ys", 0.3), scalar("yz", 0, np.uint8),
+         numpy_helper.from_array(np.ones((4, 3, 3, 3), np.int8), "w"),
+         numpy_helper.from_array(np.ones((4, 5), np.int8), "b")]
+    nodes = [helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], name="qconv"),
+             helper.make_node("ConvInteger", ["x", "w"], ["yi"], name="convint"),
+             helper.make_node("DynamicQuantizeLinear", ["a"], ["aq", "as", "az"], name="dql"),
+             helper.make_node("MatMulInteger", ["aq", "b"], ["mi"], name="mmint"),
+             helper.make_node("QLinearMatMul", ["aq", "as", "az", "b", "ws", "wz", "ys", "yz"], ["qm"], name="qmm"),
+             helper.make_node("DequantizeLinear", ["y", "ys", "yz"], ["yf"], name="dq")]
+    df = metrics(nodes, [tensor("x", [1, 3, 8, 8], TensorProto.UINT8), tensor("a", [2, 4])],
+                 [tensor("yf", None), tensor("yi", None, TensorProto.INT32), tensor("mi", None, TensorProto.INT32),
+                  tensor("qm", None, TensorProto.UINT8)], q)
+    assert df.loc["qconv", "macs"] == 4 * 36 * 27 and df.loc["qconv", "flops"] == 2 * 4 * 36 * 27
+    assert df.loc["qconv", "mac_dtype"] == "int8" and df.loc["qconv", "dtype"] == "uint8"
+    assert df.loc["qconv", "act_in_bytes"] == 3 * 64 and df.loc["qconv", "act_out_bytes"] == 4 * 36
+    assert df.loc["convint", "macs"] == 4 * 36 * 27 and df.loc["convint", "dtype"] == "int32"
+    assert df.loc["mmint", "macs"] == 2 * 4 * 5 and df.loc["qmm", "macs"] == 2 * 4 * 5
+    assert df.loc["dql", "flops"] == 4 * 8 and df.loc["dq", "flops"] == 2 * 4 * 36
+    assert df["cost_known"].all()
+
+
+def loop_model(trip_from_input: bool):
+    body = helper.make_graph(
+        [helper.make_node("Add", ["x_in", "x_in"], ["x_out"], name="body_add"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond")],
+        "body", [tensor("i", [], TensorProto.INT64), tensor("cond_in", [], TensorProto.BOOL), tensor("x_in", [4])],
+        [tensor("cond_out", [], TensorProto.BOOL), tensor("x_out", [4])])
+    nodes = [helper.make_node("Loop", ["M", "", "x"], ["y"], name="loop", body=body)]
+    inputs = [tensor("x", [4])] + ([tensor("M", [], TensorProto.INT64)] if trip_from_input else [])
+    inits = [] if trip_from_input else [scalar("M", 5, np.int64)]
+    return metrics(nodes, inputs, [tensor("y", [4])], inits)
+
+
+def test_loop_and_if_bodies_are_counted():
+    assert loop_model(False).loc["loop", "flops"] == 5 * 4          # 5 iterations of a 4-element Add
+    unknown = loop_model(True).loc["loop"]                            # trip count known only at run time
+    assert not unknown["cost_known"] and np.isnan(unknown["flops"])
+    then = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["t"], name="t_mul")], "then", [], [tensor("t", [4])])
+    other = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["e1"], name="e_mul"),
+                               helper.make_node("Add", ["e1", "x"], ["e"], name="e_add")], "else", [], [tensor("e", [4])])
+    df = metrics([helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
+                 [tensor("c", [], TensorProto.BOOL), tensor("x", [4])], [tensor("y", [4])])
+    assert df.loc["if", "flops"] == 8                                 # the dearer branch, an upper bound
+    g = build_graph(make_model([helper.make_node("Relu", ["x"], ["x2"], name="pre"),
+                                helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
+                               [tensor("c", [], TensorProto.BOOL), tensor("x", [4])], [tensor("y", [4])]))
+    assert "x" in g.implicit[1] and 1 in g.consumers["x"]             # the If reads x from the outer scope
+
+
+def test_shape_arithmetic_is_marked():
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "zero"], ["n"], name="gather", axis=0),
+             helper.make_node("Unsqueeze", ["n", "ax"], ["n1"], name="unsq"),
+             helper.make_node("Concat", ["n1", "minus1"], ["newshape"], name="concat", axis=0),
+             helper.make_node("Reshape", ["x", "newshape"], ["y"], name="reshape")]
+    inits = [scalar("zero", 0, np.int64), numpy_helper.from_array(np.array([0], np.int64), "ax"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
+    df = metrics(nodes, [tensor("x", [2, 3, 4])], [tensor("y", None)], inits)
+    assert df["shape_op"].to_dict() == {"shape": True, "gather": True, "unsq": True, "concat": True, "reshape": False}
+    assert (df["flops"] == 0).all() and df.loc["reshape", "out_shapes"] == "2x12"
+
+
+def test_llm_preset(tmp_path):
+    model = tmp_path / "tok.onnx"
+    make_model([helper.make_node("Cast", ["ids"], ["f"], name="cast", to=TensorProto.FLOAT),
+                helper.make_node("Relu", ["f"], ["y"], name="relu")],
+               [tensor("ids", ["batch_size", "sequence_length"], TensorProto.INT64)], [tensor("y", None)], path=model)
+    r = run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path, "--preset", "llm-512")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "metrics_meta.json").read_text())["input_shapes"] == {"ids": [1, 512]}
+    r = run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path, "--preset", "nope")
+    assert r.returncode == 2 and "unknown --preset nope" in r.stderr
+
+
+def test_dynamic_quantized_resnet18(tv_models, tmp_path):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    src = onnx.load(str(tv_models("resnet18")))
+    src.graph.ClearField("value_info")   # ORT's quantizer re-infers shapes and trips on the exporter's value_info
+    onnx.save(src, str(tmp_path / "f32.onnx"))
+    quantize_dynamic(str(tmp_path / "f32.onnx"), str(tmp_path / "q.onnx"), weight_type=QuantType.QInt8)
+    rdir = tmp_path / "r"
+    for stage, extra in (("02_shapes_flops_bytes.py", []), ("01_profile_onnx.py", ["--runs", "2", "--warmup", "1"])):
+        r = run_stage(stage, "--model", tmp_path / "q.onnx", "--results", rdir, *extra)
+        assert r.returncode == 0, r.stderr
+    df = pd.read_csv(rdir / "ops_metrics.csv", keep_default_na=False)
+    assert df["cost_known"].all()
+    conv = df[df["op_type"] == "ConvInteger"]
+    assert len(conv) == 20 and set(conv["mac_dtype"]) == {"int8"}
+    assert conv["macs"].astype(float).sum() / 1e9 == pytest.approx(1.8136, rel=1e-3)
+    init = sum(numpy_helper.to_array(t).nbytes for t in onnx.load(str(tmp_path / "q.onnx")).graph.initializer)
+    assert df["weight_bytes"].astype(float).sum() == pytest.approx(init, rel=0.02)
+    assert json.loads((rdir / "profile_meta.json").read_text())["kernel_time_coverage"] >= 0.99
