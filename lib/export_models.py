@@ -1,6 +1,8 @@
 """Build ONNX models locally from torchvision constructors (random weights: nothing is downloaded).
 
-    python -m lib.export_models resnet50 models/resnet50.onnx [--opset 18] [--batch 1] [--dynamic-batch]
+    python -m lib.export_models resnet50 models/resnet50.onnx [--opset 18] [--batch 1] [--dynamic-batch] [--fp16]
+    python -m lib.export_models hf-bert models/bert.onnx [--hidden 256 --layers 4 --heads 4] [--external-data]
+    python -m lib.export_models hf-gpt2 models/gpt2.onnx [--hidden 256 --layers 4 --heads 4] [--external-data]
 """
 from __future__ import annotations
 
@@ -29,8 +31,69 @@ def calibrate_batchnorm(model, size: int, batches: int = 2, batch: int = 4) -> N
     model.eval()
 
 
+def _save_export(model, args, out: Path, input_names, output_names, opset: int, dynamic_shapes=None,
+                 external_data: bool = False) -> Path:
+    """torch.onnx.export (dynamo) quietly, written atomically; external_data puts weights in <out>.data."""
+    import torch
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp.onnx")
+    with warnings.catch_warnings(), open(os.devnull, "w") as devnull:
+        warnings.simplefilter("ignore")
+        stdout, sys.stdout = sys.stdout, devnull  # the exporter prints its progress to stdout
+        try:
+            prog = torch.onnx.export(model, args, input_names=input_names, output_names=output_names,
+                                     opset_version=opset, dynamo=True, dynamic_shapes=dynamic_shapes)
+        finally:
+            sys.stdout = stdout
+    if external_data:
+        prog.save(str(out), external_data=True)
+        return out
+    prog.save(str(tmp))
+    os.replace(tmp, out)
+    return out
+
+
+def export_hf(kind: str, out: str | Path, *, hidden: int = 256, layers: int = 4, heads: int = 4, seq: int = 128,
+              opset: int = 18, external_data: bool = False, seed: int = 0) -> Path:
+    """A BERT-style encoder or GPT-2-style decoder built by Hugging Face transformers from a config (random
+    weights, nothing downloaded), exported with dynamic batch and sequence axes (dims 'batch', 'sequence')."""
+    import torch
+    from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(seed)
+    if kind == "bert":
+        net = BertModel(BertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                                   intermediate_size=4 * hidden, vocab_size=30522)).eval()
+
+        class Wrap(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, input_ids, attention_mask):
+                return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    elif kind == "gpt2":
+        net = GPT2LMHeadModel(GPT2Config(n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=50257,
+                                         n_positions=1024)).eval()
+
+        class Wrap(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, input_ids, attention_mask):
+                return self.m(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    else:
+        raise SystemExit(f"error: unknown Hugging Face model kind '{kind}' (bert or gpt2)")
+    ids = torch.randint(0, 1000, (1, seq))
+    mask = torch.ones(1, seq, dtype=torch.long)
+    b, s = torch.export.Dim("batch"), torch.export.Dim("sequence", max=1024)
+    return _save_export(Wrap(net), (ids, mask), Path(out), ["input_ids", "attention_mask"], ["output"], opset,
+                        ({0: b, 1: s}, {0: b, 1: s}), external_data)
+
+
 def export_torchvision(name: str, out: str | Path, *, opset: int = 18, batch: int = 1, size: int = 224,
-                       dynamic_batch: bool = False, seed: int = 0) -> Path:
+                       dynamic_batch: bool = False, seed: int = 0, fp16: bool = False) -> Path:
     import torch
     import torchvision
 
@@ -46,35 +109,33 @@ def export_torchvision(name: str, out: str | Path, *, opset: int = 18, batch: in
                 prm.normal_(0.0, 0.02)
     calibrate_batchnorm(model, size)
     x = torch.randn(batch, 3, size, size)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp.onnx")
-    dyn = {"input": {0: torch.export.Dim("batch")}} if dynamic_batch else None
-    with warnings.catch_warnings(), open(os.devnull, "w") as devnull:
-        warnings.simplefilter("ignore")
-        stdout, sys.stdout = sys.stdout, devnull  # the exporter prints its progress to stdout
-        try:
-            prog = torch.onnx.export(model, (x,), input_names=["input"], output_names=["logits"],
-                                     opset_version=opset, dynamo=True, dynamic_shapes=dyn and {"x": dyn["input"]},
-                                     external_data=False)
-        finally:
-            sys.stdout = stdout
-    prog.save(str(tmp))
-    os.replace(tmp, out)
-    return out
+    if fp16:
+        model, x = model.half(), x.half()
+    dyn = {"x": {0: torch.export.Dim("batch")}} if dynamic_batch else None
+    return _save_export(model, (x,), Path(out), ["input"], ["logits"], opset, dyn)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("name", help="torchvision model name, e.g. resnet50, resnet18, mobilenet_v2, efficientnet_b0")
+    p.add_argument("name", help="torchvision model name (resnet50, mobilenet_v2, vit_b_16, swin_t ...), or hf-bert / hf-gpt2")
     p.add_argument("out", help="output .onnx path")
     p.add_argument("--opset", type=int, default=18)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--size", type=int, default=224, help="input height = width (default 224)")
     p.add_argument("--dynamic-batch", action="store_true", help="export with a symbolic batch dim")
+    p.add_argument("--fp16", action="store_true", help="torchvision: export in float16")
+    p.add_argument("--hidden", type=int, default=256, help="hf-*: hidden size (default 256)")
+    p.add_argument("--layers", type=int, default=4, help="hf-*: layers (default 4)")
+    p.add_argument("--heads", type=int, default=4, help="hf-*: attention heads (default 4)")
+    p.add_argument("--external-data", action="store_true", help="hf-*: weights in <out>.data (external data)")
     a = p.parse_args(argv)
-    path = export_torchvision(a.name, a.out, opset=a.opset, batch=a.batch, size=a.size, dynamic_batch=a.dynamic_batch)
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, torchvision {a.name}, random weights, opset {a.opset})")
+    if a.name.startswith("hf-"):
+        path = export_hf(a.name[3:], a.out, hidden=a.hidden, layers=a.layers, heads=a.heads, opset=a.opset,
+                         external_data=a.external_data)
+    else:
+        path = export_torchvision(a.name, a.out, opset=a.opset, batch=a.batch, size=a.size,
+                                  dynamic_batch=a.dynamic_batch, fp16=a.fp16)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, {a.name}, random weights, opset {a.opset})")
 
 
 if __name__ == "__main__":

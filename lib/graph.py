@@ -103,10 +103,42 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> No
 
 
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnx's shape inference; when it leaves node outputs without a shape (attention masks and other shape
+    arithmetic of transformer exports), ONNX Runtime's symbolic shape inference, which resolves them."""
     try:
-        return shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        inferred = shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception as e:  # noqa: BLE001
         raise StageError(f"ONNX shape inference failed: {str(e).splitlines()[0][:300]}") from None
+    if not _missing_shapes(inferred):
+        return inferred
+    try:
+        better = _symbolic_shape_inference().infer_shapes(model, auto_merge=True, guess_output_rank=False)
+    except Exception:  # noqa: BLE001 - keep onnx's answer; the ops left without shapes are flagged unknown
+        return inferred
+    return better if better is not None and _missing_shapes(better) < _missing_shapes(inferred) else inferred
+
+
+def _symbolic_shape_inference():
+    """ORT's SymbolicShapeInference, loaded from its file: importing it through `onnxruntime.tools` runs that
+    package's __init__, which imports torch (about 550 MB of resident memory for nothing)."""
+    import importlib.util
+    spec = importlib.util.find_spec("onnxruntime")
+    path = Path(spec.origin).parent / "tools" / "symbolic_shape_infer.py"
+    mod_spec = importlib.util.spec_from_file_location("_ort_symbolic_shape_infer", path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    return mod.SymbolicShapeInference
+
+
+def _missing_shapes(model: onnx.ModelProto) -> int:
+    g = model.graph
+    known = set()
+    for vi in list(g.value_info) + list(g.output) + list(g.input):
+        t = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            known.add(vi.name)
+    known |= {t.name for t in g.initializer}
+    return sum(1 for n in g.node for o in n.output if o and o not in known and n.op_type != "Constant")
 
 
 # ---------------------------------------------------------------- the indexed graph

@@ -32,18 +32,38 @@ def _mac_dtype(n, g: Graph) -> str:
     return dtype_name(t.elem_type) if t is not None else "unknown"
 
 
+def stored_bytes(g: Graph, consts: set[str]) -> tuple[dict[str, int], set[int]]:
+    """Bytes each constant tensor costs in the file: its own for initializers and Constant outputs; for a
+    tensor computed from constants alone (a weight behind DequantizeLinear, Identity, Reshape ...) the bytes
+    of what it was computed from. Also the positions of those constant-folding nodes: they do not run at
+    inference (ORT folds them, or fuses DequantizeLinear into the integer kernel)."""
+    stored = {t: (g.tensors[t].nbytes or 0) if t in g.tensors else 0 for t in g.initializers}
+    folded = set()
+    for pos, n in enumerate(g.nodes):
+        outs = [o for o in n.output if o]
+        if not outs or outs[0] not in consts:
+            continue
+        if n.op_type == "Constant":
+            stored[outs[0]] = g.tensors[outs[0]].nbytes or 0 if outs[0] in g.tensors else 0
+            continue
+        folded.add(pos)
+        stored[outs[0]] = sum(stored.get(t, 0) for t in n.input if t)
+    return stored, folded
+
+
 def node_metrics(g: Graph) -> pd.DataFrame:
     consts = constant_tensors(g)
     shapes_ = shape_tensors(g, consts)
+    stored, folded = stored_bytes(g, consts)
     rows = []
     for pos, n in enumerate(g.nodes):
         cost = node_cost(n, g)
         acts = [t for t in n.input if t and t not in consts]
-        wts = [t for t in n.input if t and t in consts]
         act_in, in_ok = _bytes(g, acts)
-        w_bytes, w_ok = _bytes(g, wts)
+        # weights count what they cost in the file, once, at the node that uses them for real
+        w_bytes, w_ok = (0, True) if pos in folded else (sum(stored.get(t, 0) for t in n.input if t and t in consts), True)
         outs = [t for t in n.output if t]
-        act_out, out_ok = _bytes(g, outs)
+        act_out, out_ok = _bytes(g, outs) if pos not in folded else (0, True)
         main = g.tensors.get(outs[0]) if outs else None
         if n.op_type in ("QuantizeLinear", "Cast") or main is None:
             first_in = g.tensors.get(n.input[0]) if n.input else None
