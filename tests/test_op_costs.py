@@ -140,3 +140,14 @@ def test_non_topological_file_order_is_sorted():
     g = build_graph(infer_shapes(make_model(nodes, [tensor("x", [3])], [tensor("y", None)])))
     assert g.names == ["first", "second"] and not g.file_order
     assert g.preds(1) == [0]
+
+
+def test_einsum_and_transformer_elementwise():
+    nodes = [helper.make_node("Einsum", ["q", "k"], ["s"], name="qk", equation="bhid,bhjd->bhij"),
+             helper.make_node("Softmax", ["s"], ["p"], name="softmax", axis=-1),
+             helper.make_node("Erf", ["p"], ["e"], name="erf"),
+             helper.make_node("Where", ["m", "e", "p"], ["y"], name="where")]
+    df = metrics(nodes, [tensor("q", [2, 4, 8, 16]), tensor("k", [2, 4, 8, 16]), tensor("m", [2, 4, 8, 8], TensorProto.BOOL)],
+                 [tensor("y", None)])
+    assert df.loc["qk", "macs"] == 2 * 4 * 8 * 8 * 16 and df.loc["qk", "out_shapes"] == "2x4x8x8"
+    assert df.loc["softmax", "flops"] == 5 * 512 and df.loc["erf", "flops"] == 5 * 512 and df.loc["where", "flops"] == 512
