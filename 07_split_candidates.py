@@ -56,7 +56,7 @@ def main(argv=None):
         if list(lat["node"]) == g.names:
             latency = lat["latency_us"].to_numpy(float)
     print(f"sweeping {len(g.nodes) - 1} boundaries of {a.model} ({len(g.nodes)} nodes)")
-    df = sweep(g, int(rk.get("skip_block_min_span", 4)))
+    df = sweep(g, int(rk.get("skip_block_min_span", 4)), float(rk.get("skip_block_max_share", 0.25)))
     df = add_costs(df, metrics, latency, system)
     feas = feasibility_reasons(a.feasibility, a.feasibility_arch) if a.feasibility else None
     df = prune_and_rank(df, system, feas)

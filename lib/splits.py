@@ -21,7 +21,7 @@ from .graph import Graph, constant_tensors
 MAX_NAMES = 16  # cut tensor names listed per boundary (the count is always exact)
 
 
-def sweep(g: Graph, skip_block_min_span: int = 4) -> pd.DataFrame:
+def sweep(g: Graph, skip_block_min_span: int = 4, skip_block_max_share: float = 0.25) -> pd.DataFrame:
     """Per-boundary cut tensors, Comm(b), live bytes, strictness and skip-block membership."""
     n = len(g.nodes)
     if n < 2:
@@ -37,6 +37,7 @@ def sweep(g: Graph, skip_block_min_span: int = 4) -> pd.DataFrame:
     starts: list[list[str]] = [[] for _ in range(n)]
     ends: list[list[str]] = [[] for _ in range(n + 1)]
     skips: list[tuple[int, int, str]] = []     # (first, last) boundary inside a skip block, tensor
+    max_span = max(skip_block_max_share * n, 4 * skip_block_min_span)   # small graphs keep their blocks
     for t, p in g.producer.items():
         if t in consts:
             continue
@@ -55,8 +56,9 @@ def sweep(g: Graph, skip_block_min_span: int = 4) -> pd.DataFrame:
             own[p] += 1
             starts[p].append(t)
             ends[last].append(t)
-            # a fork that rejoins far downstream: a skip/residual block spans p..last
-            if len(set(cons)) >= 2 and last - p >= skip_block_min_span:
+            # a fork that rejoins downstream spans a skip/residual block p..last; a fork spanning more than
+            # max_share of the graph is a side input read everywhere (an attention mask), not a block
+            if len(set(cons)) >= 2 and skip_block_min_span <= last - p <= max_span:
                 skips.append((p + 1, last - 1, t))
         live_end = n - 1 if t in outputs else last
         if live_end > p:

@@ -145,3 +145,20 @@ def test_bad_input_and_latex(tmp_path):
     r = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-2000:]
+
+
+def test_side_input_read_everywhere_is_not_a_skip_block(tmp_path):
+    """An attention-mask-like tensor made once and read by every layer spans the whole graph: not a block."""
+    nodes = [helper.make_node("Relu", ["x"], ["mask"], name="mask")]
+    prev = "x"
+    for k in range(24):
+        nodes.append(helper.make_node("Neg", [prev], [f"h{k}"], name=f"n{k}"))
+        prev = f"h{k}"
+        if k % 6 == 5:
+            nodes.append(helper.make_node("Add", [prev, "mask"], [f"a{k}"], name=f"add{k}"))
+            prev = f"a{k}"
+    model = tmp_path / "mask.onnx"
+    make_model(nodes, [tensor("x", [1, 4])], [tensor(prev, None)], path=model)
+    df = run07(tmp_path, model)
+    assert not df["reason"].str.contains("skip block").any()
+    assert df.loc["n7", "cut_tensors"] == "mask;h7"        # the mask still crosses the link: it is counted
