@@ -7,9 +7,8 @@ import argparse
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from _models import REPO, ensure_model
 
 
 def main():
@@ -20,9 +19,7 @@ def main():
     py = sys.executable
     print(f"{'model':<16} {'09 host predicted ms':>21} {'01 measured ms (median)':>24} {'error':>7}")
     for name in a.models:
-        model = REPO / "models" / f"{name}.onnx"
-        if not model.exists():
-            subprocess.run([py, "-m", "lib.export_models", name, str(model)], cwd=REPO, check=True, capture_output=True)
+        model = ensure_model(name)
         subprocess.run([py, "01_profile_onnx.py", "--model", str(model), "--runs", str(a.runs)], cwd=REPO, check=True,
                        capture_output=True)
         subprocess.run([py, "09_fx_partition.py", "--model", name], cwd=REPO, check=True, capture_output=True)

@@ -10,9 +10,8 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from _models import REPO, ensure_model
 
 
 def main():
@@ -23,9 +22,7 @@ def main():
     py = sys.executable
     print(f"{'model':<16} {'splits':>6} {'all pass':>8} {'worst max|diff|':>16} {'08 wall s':>10}")
     for name in a.models:
-        model = REPO / "models" / f"{name}.onnx"
-        if not model.exists():
-            subprocess.run([py, "-m", "lib.export_models", name, str(model)], cwd=REPO, check=True, capture_output=True)
+        model = ensure_model(name)
         for stage in ("02_shapes_flops_bytes.py", "07_split_candidates.py"):
             subprocess.run([py, stage, "--model", str(model)], cwd=REPO, check=True, capture_output=True)
         t0 = time.perf_counter()

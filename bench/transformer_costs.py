@@ -17,13 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from _models import REPO, ensure_model
+
 PY = sys.executable
-
-
-def build(name: str, path: Path, *extra) -> None:
-    if not path.exists():
-        subprocess.run([PY, "-m", "lib.export_models", name, str(path), *extra], cwd=REPO, check=True, capture_output=True)
 
 
 def quantized(src: Path, dst: Path) -> None:
@@ -58,10 +54,10 @@ def main():
     a = p.parse_args()
     m = REPO / "models"
     for name in ("vit_b_16", "swin_t", "convnext_tiny", "resnet18"):
-        build(name, m / f"{name}.onnx")
-    build("resnet18", m / "resnet18_fp16.onnx", "--fp16")
-    build("hf-bert", m / "bert.onnx")
-    build("hf-gpt2", m / "gpt2.onnx")
+        ensure_model(name, m / f"{name}.onnx")
+    ensure_model("resnet18", m / "resnet18_fp16.onnx", "--fp16")
+    ensure_model("hf-bert", m / "bert.onnx")
+    ensure_model("hf-gpt2", m / "gpt2.onnx")
     quantized(m / "resnet18.onnx", m / "resnet18_int8_dynamic.onnx")
     quantized(m / "bert.onnx", m / "bert_int8_dynamic.onnx")
     models = ["vit_b_16", "swin_t", "convnext_tiny", "bert", "gpt2", "resnet18_fp16", "resnet18_int8_dynamic",
@@ -72,7 +68,7 @@ def main():
         print(f"{name:<24} {meta['nodes']:>6} {meta['total_macs'] / 1e9:>10.4f} {meta['unknown_cost_nodes']:>11} "
               f"{wall:>9.2f} {rss:>15.0f}", flush=True)
     if not a.skip_big:
-        build("hf-gpt2", m / "gpt2_wide.onnx", "--hidden", "1536", "--layers", "12", "--heads", "12", "--external-data")
+        ensure_model("hf-gpt2", m / "gpt2_wide.onnx", "--hidden", "1536", "--layers", "12", "--heads", "12", "--external-data")
         data = (m / "gpt2_wide.onnx.data").stat().st_size
         meta, wall, rss = stage02(m / "gpt2_wide.onnx")
         print(f"{'gpt2_wide (ext. data)':<24} {meta['nodes']:>6} {meta['total_macs'] / 1e9:>10.4f} "

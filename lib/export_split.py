@@ -106,11 +106,11 @@ class SplitExporter:
         self.mode = external_data
         self.g = g
         self.consts = constant_tensors(g)
-        model = onnx.load(str(self.path), load_external_data=False)
+        self.model = onnx.load(str(self.path), load_external_data=False)
         try:
-            inferred = shape_inference.infer_shapes(model, data_prop=True)
+            inferred = shape_inference.infer_shapes(self.model, data_prop=True)
         except Exception:  # noqa: BLE001 - parts still export without intermediate shapes
-            inferred = model
+            inferred = self.model
         self.extractor = Extractor(inferred)
 
     def export(self, b: int, out_dir: Path) -> dict:
@@ -144,8 +144,7 @@ class SplitExporter:
                 os.link(self.path, full)
             except OSError:
                 shutil.copy2(self.path, full)
-        for loc, how in link_external_data(onnx.load(str(self.path), load_external_data=False), self.path.parent,
-                                           out_dir, self.mode).items():
+        for loc, how in link_external_data(self.model, self.path.parent, out_dir, self.mode).items():
             links.setdefault(loc, how)
         iface["external_data"] = links
         return iface
@@ -162,7 +161,8 @@ def validate(split_dir: Path, feeds: dict[str, np.ndarray], atol: float, rtol: f
     except RuntimeError as e:
         raise StageError(str(e)) from None
     report, mid, _ = check(full, p1, p2, feeds, atol, rtol, runs)
-    probe = onnx.load(str(split_dir / "full.onnx"), load_external_data=False)
+    probe = onnx.ModelProto()
+    probe.CopyFrom(g.model)     # the model already in memory (weights not loaded), never read again per split
     have = {o.name for o in probe.graph.output}
     probe.graph.output.extend(onnx.helper.make_tensor_value_info(t, g.tensors[t].elem_type, None)
                               for t in cut if t not in have)
