@@ -2,49 +2,23 @@
 """Stage 01: profile an ONNX model with ONNX Runtime -> per-node measured latency (ops_latency.csv).
 
 Every kernel ORT runs is mapped back onto the original ONNX node names (see lib/profiling.py and the
-README); the share of kernel time that lands on original nodes is reported as coverage.
+README); the share of kernel time that lands on original nodes is reported as coverage. ORT's own trace
+(Chrome trace JSON: open it in chrome://tracing or ui.perfetto.dev) and its optimized graph (open it in
+Netron) are kept in results/<stem>/profile/.
 """
 from lib import cli
+from lib.artifacts import versions, write_csv, write_json
 from lib.errors import StageError
-from lib.artifacts import results_dir, versions, write_csv, write_json
-from lib.graph import load_workload, prepare
-from lib.profiling import OPT_LEVELS, PROVIDERS, latency_table, load_npz_inputs, percentiles, profile_model, random_inputs
+from lib.inputs import InputSpec, value_hint
+from lib.loading import prepare
+from lib.profiling import OPT_LEVELS, PROVIDERS, latency_table, percentiles, profile_model
+from lib.provenance import stamp
 
 
-def main(argv=None):
-    p = cli.parser(__doc__)
-    cli.add_workload(p)
-    p.add_argument("--provider", default="cpu", choices=sorted(PROVIDERS), help="execution provider (default: cpu)")
-    p.add_argument("--runs", type=int, default=10, help="measured runs (default: %(default)s)")
-    p.add_argument("--warmup", type=int, default=3, help="unmeasured warm-up runs (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=0, help="intra-op threads; 0 = ORT default, all cores")
-    p.add_argument("--opt-level", default="all", choices=list(OPT_LEVELS),
-                   help="ORT graph optimization level (default: all, ORT's own default)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the random inputs (default: workload.yaml's)")
-    p.add_argument("--inputs-npz", metavar="NPZ", help="feed these arrays (one per graph input) instead of random ones")
-    a = p.parse_args(argv)
-    if not a.model:
-        p.error("--model is required")
-    if a.runs < 1 or a.warmup < 0 or a.threads < 0:
-        raise StageError("--runs must be >= 1, --warmup and --threads >= 0")
-    rdir = results_dir(a.model, a.results)
-    g, shapes = prepare(a.model, a.shape_override, a.workload, a.preset)
-    seed = a.seed if a.seed is not None else int(load_workload(a.workload).get("seed", 0))
-    feeds = load_npz_inputs(a.inputs_npz, g.model) if a.inputs_npz else random_inputs(g.model, shapes, seed)
-    print(f"profiling {a.model}: {len(g.nodes)} nodes, {a.warmup} warm-up + {a.runs} runs on {a.provider}")
-    prof = profile_model(a.model, feeds, provider=a.provider, runs=a.runs, warmup=a.warmup,
-                         threads=a.threads, opt_level=a.opt_level)
-    df, att = latency_table(g, prof)
-    meta = {
-        "model": str(a.model), "provider": a.provider, "runs": a.runs, "warmup": a.warmup, "threads": a.threads,
-        "opt_level": a.opt_level, "seed": seed, "inputs": {k: list(v.shape) for k, v in feeds.items()},
-        "inputs_npz": a.inputs_npz, "session_latency": percentiles(prof["wall_us"]), **att, "versions": versions(),
-    }
-    write_csv(df, rdir / "ops_latency.csv")
-    write_json(meta, rdir / "profile_meta.json")
+def report(meta: dict, att: dict, runs: int) -> None:
     s = meta["session_latency"]
     print(f"session latency: median {s['median_us'] / 1e3:.2f} ms (p10 {s['p10_us'] / 1e3:.2f}, "
-          f"p90 {s['p90_us'] / 1e3:.2f} ms) over {a.runs} runs")
+          f"p90 {s['p90_us'] / 1e3:.2f} ms) over {runs} runs")
     print(f"kernel time per run: {att['kernel_time_per_run_us']['median'] / 1e3:.2f} ms in {att['kernels']} ORT kernels; "
           f"{100 * att['kernel_time_coverage']:.2f}% attributed to original nodes "
           f"({att['nodes_with_kernel']} nodes with a kernel, {att['nodes_fused']} fused into one, "
@@ -52,7 +26,36 @@ def main(argv=None):
     if att["unattributed_kernels_us"]:
         top = list(att["unattributed_kernels_us"].items())[:5]
         print("unattributed kernels: " + ", ".join(f"{k} ({v:.0f} us)" for k, v in top))
-    print(f"wrote {rdir / 'ops_latency.csv'}")
+
+
+def main(argv=None):
+    p = cli.parser(__doc__)
+    cli.add_inputs(p, feeds=True)
+    p.add_argument("--provider", default="cpu", choices=sorted(PROVIDERS), help="execution provider (default: cpu)")
+    p.add_argument("--runs", type=int, default=10, help="measured runs (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=3, help="unmeasured warm-up runs (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads; 0 = ORT default, all cores")
+    p.add_argument("--opt-level", default="all", choices=list(OPT_LEVELS),
+                   help="ORT graph optimization level (default: all, ORT's own default)")
+    a = cli.parse(p, argv)
+    if a.runs < 1 or a.warmup < 0 or a.threads < 0:
+        raise StageError("--runs must be >= 1, --warmup and --threads >= 0")
+    an = prepare(a.model, InputSpec.from_args(a))
+    feeds = an.feeds()
+    print(f"profiling {a.model}: {len(an.graph.nodes)} nodes, {a.warmup} warm-up + {a.runs} runs on {a.provider}")
+    try:
+        prof = profile_model(a.model, feeds, provider=a.provider, runs=a.runs, warmup=a.warmup, threads=a.threads,
+                             opt_level=a.opt_level, keep_dir=a.rdir / "profile")
+    except StageError as e:
+        raise StageError(str(e) + (value_hint(an.light.model, an.spec) if "failed while running" in str(e) else "")) from None
+    df, att = latency_table(an.graph, prof)
+    meta = stamp({"provider": a.provider, "runs": a.runs, "warmup": a.warmup, "threads": a.threads,
+                  "opt_level": a.opt_level, "seed": an.spec.feed_seed(), "session_latency": percentiles(prof["wall_us"]),
+                  **att, "versions": versions()}, an.identity)
+    write_csv(df, a.rdir / "ops_latency.csv")
+    write_json(meta, a.rdir / "profile_meta.json")
+    report(meta, att, a.runs)
+    print(f"wrote {a.rdir / 'ops_latency.csv'}; ORT's trace and optimized graph in {a.rdir / 'profile'}/")
 
 
 if __name__ == "__main__":

@@ -9,44 +9,44 @@ import numpy as np
 import pandas as pd
 
 from lib import cli
-from lib.artifacts import read_csv, results_dir, versions, write_csv, write_json
+from lib.artifacts import read_csv, versions, write_csv, write_json
 from lib.dag import longest_path, stages, summary
 from lib.errors import StageError
-from lib.graph import build_graph, load_model
+from lib.loading import analysed
+from lib.provenance import stamp
+from lib.roofline import known_or_zero
 
 
 def main(argv=None):
     p = cli.parser(__doc__)
     p.add_argument("--weight", choices=["auto", "measured", "roofline"], default="auto",
                    help="node weight: measured latency, roofline time, or auto = measured when 01 ran (default)")
-    a = p.parse_args(argv)
-    if not a.model:
-        p.error("--model is required (the DAG's edges come from the model file)")
-    rdir = results_dir(a.model, a.results)
-    prof = read_csv(rdir, "ops_profile.csv", ("node", "op_type", "latency_us", "t_roofline_us"))
-    g = build_graph(load_model(a.model))
-    if list(prof["node"]) != g.names:
-        raise StageError(f"{rdir / 'ops_profile.csv'} does not match {a.model}'s nodes: re-run stages 02 and 03 on it")
+    a = cli.parse(p, argv)
+    an, res = analysed(a.rdir, a.model)
+    metas = res.require("merge_meta.json")
+    prof = read_csv(a.rdir, "ops_profile.csv", ("node", "op_type", "latency_us", "t_roofline_us"))
+    g = an.graph
     measured = prof["latency_us"].notna().all()
     use = "measured" if (a.weight == "auto" and measured) or a.weight == "measured" else "roofline"
     if use == "measured" and not measured:
         raise StageError("no measured latency in ops_profile.csv: run 01_profile_onnx.py, then 03")
     col = "latency_us" if use == "measured" else "t_roofline_us"
-    w = prof[col].fillna(0.0).to_numpy(dtype=float)
+    w, unknown = known_or_zero(prof[col])
     preds = [g.preds(i) for i in range(len(g.nodes))]
     start, finish, path = longest_path(len(w), preds, w)
-    level = stages(len(w), preds)
-    s = summary(w, finish, level)
+    s = summary(w, finish, stages(len(w), preds))
     cp = pd.DataFrame({"order": np.arange(len(path)), "node": [g.names[i] for i in path],
-                       "op_type": [prof["op_type"].iat[i] for i in path],
+                       "op_type": [prof["op_type"].iat[i] for i in path], "layer": [prof["layer"].iat[i] for i in path],
                        "start_us": start[path], "finish_us": finish[path], "latency_us": w[path]})
-    write_csv(cp, rdir / "critical_path.csv")
-    write_json({"weight": use, **s, "path_nodes": len(path), "versions": versions()}, rdir / "critical_path_meta.json")
-    print(f"weights: {use} ({col})")
+    write_csv(cp, a.rdir / "critical_path.csv")
+    write_json(stamp({"weight": use, **s, "path_nodes": len(path), "unknown_time_nodes": unknown,
+                      "versions": versions()}, metas["merge_meta.json"]["identity"], metas),
+               a.rdir / "critical_path_meta.json")
+    print(f"weights: {use} ({col})" + (f"; {unknown} nodes of unknown time counted as 0" if unknown else ""))
     print(f"critical path: {s['critical_path_us'] / 1e3:.3f} ms over {len(path)} of {len(w)} nodes; "
           f"sum of node times {s['sum_node_us'] / 1e3:.3f} ms; parallelism {s['parallelism']:.2f}x")
     print(f"topological stages: {s['stages']}; max ops in one stage: {s['max_ops_per_stage']} (stage {s['widest_stage']})")
-    print(f"wrote {rdir / 'critical_path.csv'}")
+    print(f"wrote {a.rdir / 'critical_path.csv'}")
 
 
 if __name__ == "__main__":

@@ -8,48 +8,20 @@ energy, regular op class, arithmetic intensity, fusable neighbours) and the reas
 S_total = 1 / ((1 - f) + f / S_k) for latency and energy, S_k per op class from configs/offload.yaml.
 """
 from lib import cli
-from lib.artifacts import CONFIGS, read_csv, results_dir, versions, write_csv, write_json
+from lib.artifacts import CONFIGS, read_csv, versions, write_csv, write_json
 from lib.energy import amdahl_table, kernel_table, load_offload, node_energy
 from lib.errors import StageError
-from lib.graph import build_graph, load_model
 from lib.host import load_host
+from lib.loading import analysed
+from lib.provenance import stamp
 
 
-def main(argv=None):
-    p = cli.parser(__doc__)
-    cli.add_host(p)
-    p.add_argument("--offload", default=str(CONFIGS / "offload.yaml"), metavar="YAML",
-                   help="candidate criteria, S_k and energy gain per op class (default: %(default)s)")
-    p.add_argument("--avg-power-w", type=float, default=None, help="average platform power in W (default: host.yaml)")
-    a = p.parse_args(argv)
-    if not a.model:
-        p.error("--model is required (fusable neighbours come from the model's edges)")
-    rdir = results_dir(a.model, a.results)
-    host = load_host(a.host)
-    off = load_offload(a.offload)
-    power = a.avg_power_w if a.avg_power_w is not None else float(host["avg_power_w"])
-    if power <= 0:
-        raise StageError("--avg-power-w must be positive")
-    prof = read_csv(rdir, "ops_profile.csv", ("node", "op_type", "op_class", "flops", "latency_us", "bound", "fused_into"))
-    g = build_graph(load_model(a.model))
-    if list(prof["node"]) != g.names:
-        raise StageError(f"{rdir / 'ops_profile.csv'} does not match {a.model}'s nodes: re-run stages 02 and 03 on it")
-    cls = list(prof["op_class"])
-    succ_classes = [[cls[s] for s in g.succs(i)] for i in range(len(g.nodes))]
-    energy = node_energy(prof, host, power)
-    kernels = kernel_table(energy, prof, succ_classes, off["criteria"])
-    t_total = float(prof["latency_us"].sum())
-    e_total = float(energy["e_total_j"].sum())
-    amd = amdahl_table(kernels, off["speedup"], off["energy_gain"], t_total, e_total)
-    write_csv(energy, rdir / "energy.csv")
-    write_csv(kernels, rdir / "kernel_candidates.csv")
-    write_csv(amd, rdir / "amdahl.csv")
-    write_json({"avg_power_w": power, "host_config": a.host, "offload_config": a.offload, "offload": off,
-                "versions": versions()}, rdir / "energy_meta.json")
-    em = energy["e_measured_j"].sum()
+def report(energy, kernels, amd, power: float, t_total: float) -> None:
+    e_total = energy["e_total_j"].sum()
     ec, emem = energy["e_compute_j"].sum(), energy["e_mem_j"].sum()
     if t_total > 0:
-        print(f"measured-power model: {em * 1e3:.2f} mJ per inference ({power:g} W x {t_total / 1e3:.2f} ms of kernel time)")
+        print(f"measured-power model: {energy['e_measured_j'].sum() * 1e3:.2f} mJ per inference "
+              f"({power:g} W x {t_total / 1e3:.2f} ms of kernel time)")
     print(f"component model: {e_total * 1e3:.2f} mJ = compute {ec * 1e3:.2f} mJ ({100 * ec / e_total:.0f}%) "
           f"+ data movement {emem * 1e3:.2f} mJ ({100 * emem / e_total:.0f}%)")
     print("kernels (op classes), by share of latency:")
@@ -63,7 +35,35 @@ def main(argv=None):
               f"(f = {best['f_latency']:.2f}), energy x{best['s_total_energy']:.2f} (f = {best['f_energy']:.2f})")
     else:
         print("no kernel meets the criteria in configs/offload.yaml")
-    print(f"wrote {rdir / 'energy.csv'}, kernel_candidates.csv, amdahl.csv")
+
+
+def main(argv=None):
+    p = cli.parser(__doc__)
+    cli.add_host(p)
+    p.add_argument("--offload", default=str(CONFIGS / "offload.yaml"), metavar="YAML",
+                   help="candidate criteria, S_k and energy gain per op class (default: %(default)s)")
+    p.add_argument("--avg-power-w", type=float, default=None, help="average platform power in W (default: host.yaml)")
+    a = cli.parse(p, argv)
+    host, off = load_host(a.host), load_offload(a.offload)
+    power = a.avg_power_w if a.avg_power_w is not None else float(host["avg_power_w"])
+    if power <= 0:
+        raise StageError("--avg-power-w must be positive")
+    an, res = analysed(a.rdir, a.model)
+    metas = res.require("merge_meta.json")
+    prof = read_csv(a.rdir, "ops_profile.csv", ("node", "op_type", "op_class", "flops", "latency_us", "bound", "fused_into"))
+    g = an.graph
+    cls = list(prof["op_class"])
+    energy = node_energy(prof, host, power)
+    kernels = kernel_table(energy, prof, [[cls[s] for s in g.succs(i)] for i in range(len(g.nodes))], off["criteria"])
+    t_total = float(prof["latency_us"].sum())
+    amd = amdahl_table(kernels, off["speedup"], off["energy_gain"], t_total, float(energy["e_total_j"].sum()))
+    write_csv(energy, a.rdir / "energy.csv")
+    write_csv(kernels, a.rdir / "kernel_candidates.csv")
+    write_csv(amd, a.rdir / "amdahl.csv")
+    write_json(stamp({"avg_power_w": power, "host_config": a.host, "offload_config": a.offload, "offload": off,
+                      "versions": versions()}, metas["merge_meta.json"]["identity"], metas), a.rdir / "energy_meta.json")
+    report(energy, kernels, amd, power, t_total)
+    print(f"wrote {a.rdir / 'energy.csv'}, kernel_candidates.csv, amdahl.csv")
 
 
 if __name__ == "__main__":

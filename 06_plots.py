@@ -4,17 +4,17 @@ critical-path Gantt chart, measured vs roofline time by op class, and, when stag
 (Comm(b) with the top-k marked, FLOPs balance, Pareto fronts, estimated two-device latency), and when stage
 09 ran, latency and utilization per hardware profile (fx_hardware)."""
 from lib import cli
-from lib.artifacts import read_csv, read_json, results_dir
+from lib.artifacts import read_csv, read_json
 from lib.host import load_host
 from lib.plots import (energy_plot, gantt_plot, hardware_plot, latency_by_class_plot, roofline_plot, save,
                        split_plots)
 
 
 def main(argv=None):
-    p = cli.parser(__doc__, model_required=False)
+    p = cli.parser(__doc__, model="or-results")
     cli.add_host(p)
-    a = p.parse_args(argv)
-    rdir = results_dir(a.model, a.results)
+    a = cli.parse(p, argv)
+    rdir = a.rdir
     host = load_host(a.host)
     title = rdir.name
     out = rdir / "plots"

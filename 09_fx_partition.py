@@ -6,7 +6,6 @@ hardware profiles (configs/hardware/*.yaml).
 Writes fx_nodes.csv, fx_subgraphs.csv, fx_hardware.csv and fx_summary.json into results/<model>/.
 --compare resnet18 mobilenet_v2 efficientnet_b0 prints and writes the side-by-side table (fx_compare.csv).
 """
-import argparse
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pandas as pd
 from lib import cli
 from lib.artifacts import CONFIGS, REPO, versions, write_csv, write_json
 from lib.errors import StageError
-from lib.fx_partition import analyze, parse_shape
+from lib.fx_partition import analyze, compare_row, parse_shape
 from lib.units import fmt_bytes, fmt_count
 
 
@@ -37,44 +36,35 @@ def report(res: dict) -> None:
               f"{r.energy_per_inference_j * 1e3:>8.3f} {r.utilization:>6.2f}")
 
 
+def compare(a, shape) -> None:
+    rows = []
+    for name in a.compare:
+        print(f"analysing {name} ...", file=sys.stderr, flush=True)
+        rows.append(compare_row(name, analyze(name, shape, a.max_fuse, a.hardware_dir)))
+    df = pd.DataFrame(rows)
+    out = Path(a.results) if a.results else REPO / "results" / "fx_compare"
+    write_csv(df, out / "fx_compare.csv")
+    with pd.option_context("display.width", 200, "display.max_columns", 50, "display.float_format", "{:.3g}".format):
+        print(df.set_index("model").T.to_string())
+    print(f"wrote {out / 'fx_compare.csv'}")
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.parser(__doc__, model="none")
     p.add_argument("--model", help="torchvision model name (e.g. resnet18) or pkg.module:factory")
     p.add_argument("--input-shape", default="1x3x224x224", help="example input shape (default: %(default)s)")
     p.add_argument("--batch", type=int, help="batch size (replaces the first dim of --input-shape)")
-    p.add_argument("--results", metavar="DIR", help="results folder (default: results/<model>/)")
     p.add_argument("--max-fuse", type=int, default=8, help="resource limit: most ops in one fused subgraph (default 8)")
     p.add_argument("--hardware-dir", default=str(CONFIGS / "hardware"), help="hardware profiles (default: %(default)s)")
     p.add_argument("--compare", nargs="+", metavar="MODEL", help="analyse several models and print them side by side")
-    a = p.parse_args(argv)
+    a = cli.parse(p, argv)
     shape = parse_shape(a.input_shape)
-    if a.batch:
+    if a.batch is not None:
         if a.batch < 1:
             raise StageError("--batch must be >= 1")
         shape[0] = a.batch
     if a.compare:
-        rows = []
-        for name in a.compare:
-            print(f"analysing {name} ...", file=sys.stderr, flush=True)
-            res = analyze(name, shape, a.max_fuse, a.hardware_dir)
-            s, hw = res["summary"], res["hardware"]
-            row = {"model": name, "gflops": s["flops"] / 1e9, "gmacs": s["macs_conv_linear_matmul"] / 1e9,
-                   "ops": s["ops_before_fusion"], "subgraphs": s["subgraphs_after_fusion"],
-                   "bytes_saved_pct": 100 * (1 - s["bytes_after_fusion"] / s["bytes_before_fusion"]),
-                   "max_parallel": s["max_parallel_ops"], "critical_path_ops": s["critical_path_ops"],
-                   "ai_flop_per_byte": s["arithmetic_intensity"],
-                   "host_memory_bound_pct": 100 * s["bottleneck_mix_host"].get("memory", 0.0)}
-            for r in hw[hw["point"] == "batch1"].itertuples():
-                row[f"{r.hardware}_ms"] = r.latency_us / 1e3
-                row[f"{r.hardware}_mj"] = r.energy_per_inference_j * 1e3
-            rows.append(row)
-        df = pd.DataFrame(rows)
-        out = Path(a.results) if a.results else REPO / "results" / "fx_compare"
-        write_csv(df, out / "fx_compare.csv")
-        with pd.option_context("display.width", 200, "display.max_columns", 50, "display.float_format", "{:.3g}".format):
-            print(df.set_index("model").T.to_string())
-        print(f"wrote {out / 'fx_compare.csv'}")
-        return 0
+        return compare(a, shape)
     if not a.model:
         p.error("--model is required (or --compare MODEL ...)")
     res = analyze(a.model, shape, a.max_fuse, a.hardware_dir)

@@ -11,26 +11,23 @@ environment per arch: Hailo-8 and Hailo-10 need different compiler major version
 hash + arch + compiler version. Without any compiler the stage still succeeds with a static op-support
 check (configs/hailo_ops.yaml): every row says source = static, and the compiler was not run.
 """
-import os
+import functools
 
-import onnx
 import pandas as pd
 
 from lib import cli
-from lib.artifacts import CONFIGS, read_csv, results_dir, write_csv
-from lib.errors import StageError
+from lib.artifacts import CONFIGS, read_csv, write_csv
 from lib.export_split import SplitExporter
-from lib.graph import prepare
-from lib.hailo import (ARCHS, ParseCache, backend_python, compiler_version, load_op_table, parse, partition_hash,
-                       partition_model, provision, static_check)
+from lib.hailo import ARCHS, ParseCache, backends, check_partitions, load_op_table, partition_file, provision
+from lib.inputs import InputSpec
+from lib.loading import analysed
+from lib.splits import choose_boundaries
 
 COLUMNS = ["boundary", "side", "partition", "arch", "status", "source", "node", "op", "reason", "compiler_version",
            "cached"]
 
 
-def main(argv=None):
-    p = cli.parser(__doc__, model_required=False)
-    cli.add_workload(p)
+def add_flags(p) -> None:
     p.add_argument("--arch", nargs="+", default=list(ARCHS), choices=ARCHS, help="targets (default: both)")
     p.add_argument("--top-k", type=int, default=10, help="check the k best-ranked boundaries (default: %(default)s)")
     p.add_argument("--boundary", type=int, nargs="+", metavar="B", help="check these boundaries instead")
@@ -42,7 +39,25 @@ def main(argv=None):
     p.add_argument("--clear-cache", action="store_true", help="empty the parse cache first")
     p.add_argument("--provision", action="store_true", help="create the per-arch venvs from vendor/hailo/<arch>/*.whl and exit")
     p.add_argument("--python", default="python3", help="interpreter (>= 3.10) for --provision (default: python3)")
-    a = p.parse_args(argv)
+
+
+def report(rows: list[dict], archs: list[str]) -> None:
+    for arch in archs:
+        sub = [r for r in rows if r["arch"] == arch]
+        ops = sorted({op for r in sub for op in r["ops"]})
+        print(f"{arch}: {sum(r['status'] == 'ok' for r in sub)}/{len(sub)} partitions ok"
+              + (f"; unsupported ops: {', '.join(ops)}" if ops else ""))
+    static = sorted({r["arch"] for r in rows if r["source"] == "static"})
+    if static:
+        print(f"NOTE: no Hailo Dataflow Compiler found for {', '.join(static)}: these rows come from the static "
+              f"op-support table (configs/hailo_ops.yaml); the compiler was not run")
+
+
+def main(argv=None):
+    p = cli.parser(__doc__, model="optional")
+    cli.add_inputs(p)
+    add_flags(p)
+    a = cli.parse(p, argv)
     if a.provision:
         for d in provision(a.arch, a.python):
             print(f"created {d}")
@@ -52,63 +67,17 @@ def main(argv=None):
     cache = ParseCache()
     if a.clear_cache:
         print(f"cleared {cache.clear()} cached parse results ({cache.path})")
-    rdir = results_dir(a.model, a.results)
-    bd = read_csv(rdir, "boundaries.csv", ("boundary", "after_node", "rank"))
-    if a.boundary:
-        bad = [b for b in a.boundary if not 0 <= b < len(bd)]
-        if bad:
-            raise StageError(f"--boundary {bad} out of range: the model has boundaries 0..{len(bd) - 1}")
-        chosen = list(dict.fromkeys(a.boundary))
-    else:
-        chosen = [int(b) for b in bd[bd["rank"].notna()].sort_values("rank")["boundary"].head(a.top_k)]
-    table = load_op_table(a.op_table)
-    g, _ = prepare(a.model, a.shape_override, a.workload, a.preset)
-    cmds = {arch: (None if a.backend == "static" else backend_python(a.backend, arch)) for arch in a.arch}
-    if a.backend not in ("auto", "static") and not all(cmds.values()):
-        missing = [arch for arch, c in cmds.items() if not c]
-        raise StageError(f"backend {a.backend} has no Hailo compiler for {missing}" +
-                         (": run 10_hailo_parse.py --provision" if a.backend == "venv" else ""))
-    versions = {arch: compiler_version(c) for arch, c in cmds.items() if c}
-    exporter, rows = None, []
-    for k, b in enumerate(chosen, 1):
-        folder = rdir / "splits" / f"b{b}"
-        part_path = folder / ("part2.onnx" if a.side == "right" else "part1.onnx")
-        if not part_path.exists() or part_path.stat().st_mtime < os.stat(a.model).st_mtime:
-            exporter = exporter or SplitExporter(a.model, g)
-            exporter.export(b, folder)
-        part = onnx.load(str(part_path), load_external_data=False)
-        info, h = partition_model(part), partition_hash(part)
-        for arch in a.arch:
-            base = {"boundary": b, "side": a.side, "partition": str(part_path.relative_to(rdir)), "arch": arch}
-            if cmds[arch]:
-                key = ParseCache.key(h, arch, versions[arch])
-                res, cached = cache.get(key), True
-                if res is None:
-                    print(f"[{k}/{len(chosen)}] b{b} {arch}: parsing with the DFC {versions[arch]}", flush=True)
-                    res, cached = parse(cmds[arch], part_path, f"b{b}_{a.side}", arch, info), False
-                    if res.get("status") in ("ok", "unsupported"):
-                        cache.put(key, res)   # errors (crashes, time-outs) are retried next time
-                rows.append({**base, **res, "source": "dfc", "compiler_version": versions[arch], "cached": cached})
-            else:
-                rows.append({**base, **static_check(info, table.get(arch, set())), "source": "static",
-                             "compiler_version": "", "cached": False})
+    an, res = analysed(a.rdir, a.model, InputSpec.from_args(a))
+    res.require("workload_profile.json")
+    bd = read_csv(a.rdir, "boundaries.csv", ("boundary", "after_node", "rank"))
+    table, cmds = load_op_table(a.op_table), backends(a.backend, a.arch)
+    exporter = functools.cache(lambda: SplitExporter(a.model, an.graph))    # built only when a part is missing
+    parts = {b: partition_file(a.rdir, b, a.side, a.model, exporter) for b in choose_boundaries(bd, a.boundary, a.top_k)}
+    rows = check_partitions(parts, a.rdir, a.side, a.arch, cmds, table, cache)
     cache.save()
-    df = pd.DataFrame(rows, columns=COLUMNS)
-    write_csv(df, rdir / "hailo_feasibility.csv")
-    for arch in a.arch:
-        sub = df[df["arch"] == arch]
-        bad = sub[sub["status"] != "ok"]
-        ops = set(bad["op"].dropna())
-        for reason in bad["reason"].dropna():
-            if "static table: " in reason:
-                ops.update(reason.split("static table: ", 1)[1].split(", "))
-        ops = sorted(ops)
-        print(f"{arch}: {int((sub['status'] == 'ok').sum())}/{len(sub)} partitions ok"
-              + (f"; unsupported ops: {', '.join(ops)}" if ops else ""))
-    if (df["source"] == "static").any():
-        print("NOTE: no Hailo Dataflow Compiler found for " + ", ".join(sorted(set(df.loc[df['source'] == 'static', 'arch'])))
-              + ": these rows come from the static op-support table (configs/hailo_ops.yaml); the compiler was not run")
-    print(f"wrote {rdir / 'hailo_feasibility.csv'}")
+    write_csv(pd.DataFrame(rows, columns=COLUMNS), a.rdir / "hailo_feasibility.csv")
+    report(rows, a.arch)
+    print(f"wrote {a.rdir / 'hailo_feasibility.csv'}")
     return 0
 
 

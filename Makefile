@@ -11,12 +11,14 @@ OFFLOAD ?= configs/offload.yaml
 SYSTEM  ?= configs/system.yaml
 RUNS    ?= 10
 LIB     := $(wildcard lib/*.py)
-# extra flags for stage 01 / 02, e.g. PROFILE_ARGS="--threads 1"  SHAPE_ARGS="--shape-override 'input=1x3x224x224'"
+# The one input spec, given to every stage that shapes or feeds inputs (01, 02, 07, 08, 10):
+#   SHAPE_ARGS="--shape-override 'input=8x3x224x224'"   PRESET=llm-128 (configs/workload.yaml)   INPUTS=feeds.npz
+# and extra flags for stage 01, e.g. PROFILE_ARGS="--threads 1"
 PROFILE_ARGS ?=
 SHAPE_ARGS   ?=
-# a symbolic-dim preset of configs/workload.yaml (e.g. PRESET=llm-128) for every stage that shapes inputs
 PRESET       ?=
-SHAPE_ARGS   += $(if $(PRESET),--preset $(PRESET))
+INPUTS       ?=
+SPEC_ARGS    := $(SHAPE_ARGS) $(if $(PRESET),--preset $(PRESET)) $(if $(INPUTS),--inputs-npz $(INPUTS))
 
 # a user's MODEL that does not exist: one clear line instead of make's "No rule to make target"
 ifneq ($(filter all,$(or $(MAKECMDGOALS),all)),)
@@ -25,6 +27,17 @@ ifeq ($(wildcard $(MODEL)),)
 $(error MODEL=$(MODEL) not found (give the path of an ONNX file, or leave MODEL unset for the default ResNet-50))
 endif
 endif
+endif
+
+# Stamps: a different model behind the same path or stem, another input spec, RUNS or PROFILE_ARGS must
+# rebuild what they affect. Each stamp file changes only when what it records changes.
+SPEC_STAMP    := $(R)/.spec
+PROFILE_STAMP := $(R)/.profile_args
+SPEC_TEXT     := $(abspath $(MODEL)) $(shell stat -c '%s %Y' $(MODEL) 2>/dev/null) | $(SPEC_ARGS) | $(if $(INPUTS),$(shell stat -c '%s %Y' $(INPUTS) 2>/dev/null))
+PROFILE_TEXT  := $(RUNS) $(PROFILE_ARGS)
+ifneq ($(filter all,$(or $(MAKECMDGOALS),all)),)
+$(shell mkdir -p $(R); printf '%s\n' "$(SPEC_TEXT)" | cmp -s - $(SPEC_STAMP) || printf '%s\n' "$(SPEC_TEXT)" > $(SPEC_STAMP))
+$(shell printf '%s\n' "$(PROFILE_TEXT)" | cmp -s - $(PROFILE_STAMP) || printf '%s\n' "$(PROFILE_TEXT)" > $(PROFILE_STAMP))
 endif
 
 .PHONY: all test calibrate clean venv help fx
@@ -53,11 +66,11 @@ models/resnet50.onnx: lib/export_models.py | $(VENV)
 	$(PY) -m lib.export_models resnet50 $@
 
 # 01 runs after 02 (order-only) so that profiling never shares the cores with another stage under make -j
-$(R)/ops_latency.csv: $(MODEL) 01_profile_onnx.py $(LIB) $(WORKLOAD) | $(VENV) $(R)/ops_metrics.csv
-	$(PY) 01_profile_onnx.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --runs $(RUNS) $(PROFILE_ARGS) $(if $(PRESET),--preset $(PRESET))
+$(R)/ops_latency.csv: $(MODEL) 01_profile_onnx.py $(LIB) $(WORKLOAD) $(SPEC_STAMP) $(PROFILE_STAMP) | $(VENV) $(R)/ops_metrics.csv
+	$(PY) 01_profile_onnx.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --runs $(RUNS) $(PROFILE_ARGS) $(SPEC_ARGS)
 
-$(R)/ops_metrics.csv: $(MODEL) 02_shapes_flops_bytes.py $(LIB) $(WORKLOAD) | $(VENV)
-	$(PY) 02_shapes_flops_bytes.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) $(SHAPE_ARGS)
+$(R)/ops_metrics.csv: $(MODEL) 02_shapes_flops_bytes.py $(LIB) $(WORKLOAD) $(SPEC_STAMP) | $(VENV)
+	$(PY) 02_shapes_flops_bytes.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) $(SPEC_ARGS)
 
 $(R)/ops_profile.csv: $(R)/ops_latency.csv $(R)/ops_metrics.csv 03_merge_profile_metrics.py $(LIB) $(HOST)
 	$(PY) 03_merge_profile_metrics.py --results $(R) --host $(HOST)
@@ -68,7 +81,7 @@ $(R)/critical_path.csv: $(R)/ops_profile.csv 04_critical_path.py $(LIB)
 $(R)/energy.csv: $(R)/ops_profile.csv 05_energy_estimate.py $(LIB) $(HOST) $(OFFLOAD)
 	$(PY) 05_energy_estimate.py --model $(MODEL) --results $(R) --host $(HOST) --offload $(OFFLOAD)
 
-# 07 uses 02's costs and 01's latencies (device A "measured"), and the two-device system.
+# 07 uses 03's table (02's costs, 01's latencies for device A "measured"), and the two-device system.
 # HAILO=1: 07 -> 10 (Hailo parse of the HAILO_TOPK best candidates) -> 07 again, pruning what Hailo rejects.
 HAILO      ?=
 HAILO_TOPK ?= 20
@@ -78,17 +91,17 @@ SPLIT_MODE := $(R)/.split_mode
 ifneq ($(filter all,$(or $(MAKECMDGOALS),all)),)
 $(shell mkdir -p $(R); echo "$(HAILO) $(HAILO_ARCH) $(HAILO_TOPK)" | cmp -s - $(SPLIT_MODE) || echo "$(HAILO) $(HAILO_ARCH) $(HAILO_TOPK)" > $(SPLIT_MODE))
 endif
-$(R)/boundaries.csv: $(R)/ops_metrics.csv $(R)/ops_latency.csv 07_split_candidates.py $(LIB) $(SYSTEM) $(WORKLOAD) \
+$(R)/boundaries.csv: $(R)/ops_profile.csv 07_split_candidates.py $(LIB) $(SYSTEM) $(WORKLOAD) \
 		$(SPLIT_MODE) $(if $(HAILO),10_hailo_parse.py configs/hailo_ops.yaml)
-	$(PY) 07_split_candidates.py --model $(MODEL) --results $(R) --system $(SYSTEM) --workload $(WORKLOAD) $(SHAPE_ARGS)
-	$(if $(HAILO),$(PY) 10_hailo_parse.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --top-k $(HAILO_TOPK) $(SHAPE_ARGS))
+	$(PY) 07_split_candidates.py --model $(MODEL) --results $(R) --system $(SYSTEM) --workload $(WORKLOAD) $(SPEC_ARGS)
+	$(if $(HAILO),$(PY) 10_hailo_parse.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --top-k $(HAILO_TOPK) $(SPEC_ARGS))
 	$(if $(HAILO),$(PY) 07_split_candidates.py --model $(MODEL) --results $(R) --system $(SYSTEM) --workload $(WORKLOAD) \
-		--feasibility $(R)/hailo_feasibility.csv --feasibility-arch $(HAILO_ARCH) $(SHAPE_ARGS))
+		--feasibility $(R)/hailo_feasibility.csv --feasibility-arch $(HAILO_ARCH) $(SPEC_ARGS))
 
 # 08: export and validate the best few boundaries (SPLITS of them)
 SPLITS ?= 3
 $(R)/validation_report.json: $(R)/boundaries.csv 08_export_splits.py $(LIB) $(WORKLOAD)
-	$(PY) 08_export_splits.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --top-k $(SPLITS) $(SHAPE_ARGS)
+	$(PY) 08_export_splits.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --top-k $(SPLITS) $(SPEC_ARGS)
 
 $(R)/plots/.done: $(R)/ops_profile.csv $(R)/critical_path.csv $(R)/energy.csv $(R)/boundaries.csv 06_plots.py $(LIB) $(HOST)
 	$(PY) 06_plots.py --results $(R) --host $(HOST)

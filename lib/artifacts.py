@@ -24,7 +24,12 @@ PRODUCER = {
     "profile_meta.json": "01_profile_onnx.py",
     "ops_metrics.csv": "02_shapes_flops_bytes.py",
     "metrics_meta.json": "02_shapes_flops_bytes.py",
+    "graph.onnx": "02_shapes_flops_bytes.py",
     "ops_profile.csv": "03_merge_profile_metrics.py",
+    "merge_meta.json": "03_merge_profile_metrics.py",
+    "energy_meta.json": "05_energy_estimate.py",
+    "workload_profile.json": "07_split_candidates.py",
+    "candidate_pruning.json": "07_split_candidates.py",
     "critical_path.csv": "04_critical_path.py",
     "critical_path_meta.json": "04_critical_path.py",
     "energy.csv": "05_energy_estimate.py",
@@ -39,6 +44,10 @@ PRODUCER = {
 }
 
 
+TEXT_COLUMNS = ("node", "after_node", "op_type", "fused_into", "layer", "cut_tensors", "kernel", "ort_kernels",
+                "reason", "skip_block", "cost_note", "shape_source", "dtype", "mac_dtype", "out_shapes", "op_class")
+
+
 def results_dir(model: str | None, results: str | None) -> Path:
     """results/<model-stem>/ from --model, or --results DIR as given."""
     if results:
@@ -48,15 +57,26 @@ def results_dir(model: str | None, results: str | None) -> Path:
     return REPO / "results" / Path(model).stem
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _umask()
+
+
 @contextmanager
 def atomic_path(path: Path):
-    """Yield a temp path in the same folder; rename onto `path` only if the block succeeds."""
+    """Yield a temp path in the same folder; rename onto `path` only if the block succeeds. The file gets the
+    permissions any new file gets under the user's umask (mkstemp's own are 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix or ".tmp", dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~UMASK)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -87,7 +107,8 @@ def read_csv(rdir: Path, name: str, required_columns: tuple[str, ...] = ()) -> p
     if not path.exists():
         raise StageError(f"{path} not found: run {PRODUCER.get(name, 'the earlier stage')} first")
     try:
-        df = pd.read_csv(path, keep_default_na=True)
+        # names are text: a node called NA, null, None or nan stays that name; only empty cells are missing
+        df = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={c: str for c in TEXT_COLUMNS})
     except Exception as e:  # noqa: BLE001 - any parse failure is bad input
         raise StageError(f"{path} is unreadable ({e}): re-run {PRODUCER.get(name, 'its stage')}") from None
     missing = [c for c in required_columns if c not in df.columns]

@@ -1,34 +1,67 @@
-"""Argument conventions shared by every stage, and the exit-code contract (0 ok, 2 bad input, 1 bug)."""
+"""Argument groups shared by every stage (the group decides what is required), and the exit-code contract:
+0 done, 2 bad input or missing prerequisite (one `error:` line), 1 an internal error (a bug: traceback)."""
 from __future__ import annotations
 
 import argparse
 import sys
 import traceback
 
-from .artifacts import CONFIGS
+from .artifacts import CONFIGS, results_dir
 from .errors import StageError
 
 
-def parser(description: str, *, model_required: bool = True) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=False, metavar="PATH",
-                   help="ONNX model file; results go to results/<model-stem>/" +
-                   (" (required unless --results is given)" if not model_required else ""))
+class Parser(argparse.ArgumentParser):
+    """argparse with the one-line error contract (its own error() prints the whole usage first)."""
+
+    def error(self, message):
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def parser(description: str, *, model: str = "required") -> Parser:
+    """model: 'required' (the stage reads the model file), 'or-results' (--model or --results will do),
+    'optional' (the stage checks itself), 'none'."""
+    p = Parser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.set_defaults(_model_mode=model)
+    if model != "none":
+        p.add_argument("--model", required=model == "required", metavar="PATH",
+                       help="ONNX model file; results go to results/<model-stem>/" +
+                       (" (or give --results)" if model == "or-results" else ""))
     p.add_argument("--results", metavar="DIR", help="results folder (default: results/<model-stem>/)")
     return p
 
 
-def add_workload(p: argparse.ArgumentParser) -> None:
+def parse(p: Parser, argv=None) -> argparse.Namespace:
+    a = p.parse_args(argv)
+    if a._model_mode == "or-results" and not a.model and not a.results:
+        p.error("give --model PATH or --results DIR")
+    if a._model_mode != "none":
+        a.rdir = results_dir(a.model, a.results) if a.model or a.results else None
+    return a
+
+
+def add_inputs(p: Parser, feeds: bool = False) -> None:
+    """The one input spec (lib/inputs.py): shapes for every stage, and feeds for the stages that run the model."""
     p.add_argument("--workload", default=str(CONFIGS / "workload.yaml"), metavar="YAML",
-                   help="symbolic-dim values and seed (default: %(default)s)")
+                   help="symbolic-dim values, presets and seed (default: %(default)s)")
     p.add_argument("--shape-override", action="append", default=[], metavar="'NAME=1x3x224x224 ...'",
                    help="fix the shape of graph inputs; several NAME=DIMS pairs, space separated, or repeat the flag")
-    p.add_argument("--preset", metavar="NAME", help="symbolic-dim preset from the workload file (e.g. llm-128)")
+    p.add_argument("--preset", metavar="NAME", help="symbolic-dim preset of the workload file (e.g. llm-128, "
+                   "llm-decode-2048)")
+    p.add_argument("--inputs-npz", metavar="NPZ", help="input arrays (one per graph input): they feed the model "
+                   "where it runs and their shapes fix the symbolic dims everywhere")
+    if feeds:
+        p.add_argument("--seed", type=int, default=None, help="seed of the random inputs (default: workload.yaml's)")
 
 
-def add_host(p: argparse.ArgumentParser) -> None:
+def add_host(p: Parser) -> None:
     p.add_argument("--host", default=str(CONFIGS / "host.yaml"), metavar="YAML",
                    help="host peaks, bandwidth, power and energy coefficients (default: %(default)s)")
+
+
+def add_system(p: Parser) -> None:
+    p.add_argument("--system", default=str(CONFIGS / "system.yaml"), metavar="YAML",
+                   help="devices, link, constraints and ranking (default: %(default)s)")
 
 
 def run(main, argv=None) -> None:
@@ -36,7 +69,7 @@ def run(main, argv=None) -> None:
     try:
         rc = main(argv)
     except StageError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted: nothing was written", file=sys.stderr)

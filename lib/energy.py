@@ -9,6 +9,7 @@ import pandas as pd
 from .artifacts import load_yaml
 from .errors import StageError
 from .host import per_dtype
+from .roofline import known_or_zero, node_bytes
 
 
 def load_offload(path: str | Path) -> dict:
@@ -36,8 +37,8 @@ def amdahl_multi(fs: list[float], ss: list[float]) -> float:
 def node_energy(prof: pd.DataFrame, host: dict, avg_power_w: float) -> pd.DataFrame:
     e_byte = float(host["energy"]["e_byte_j"])
     e_flop = np.array([per_dtype(host["energy"]["e_flop_j"], d) for d in prof["dtype"]])
-    nbytes = prof[["act_in_bytes", "act_out_bytes", "weight_bytes"]].sum(axis=1, min_count=1).fillna(0.0)
-    df = prof[["node", "op_type", "op_class", "dtype", "flops", "latency_us", "attribution", "fused_into"]].copy()
+    nbytes, _ = known_or_zero(node_bytes(prof))      # the one bytes policy (lib/roofline.py)
+    df = prof[["node", "op_type", "op_class", "layer", "dtype", "flops", "latency_us", "attribution", "fused_into"]].copy()
     df["bytes"] = nbytes
     df["e_measured_j"] = avg_power_w * prof["latency_us"] * 1e-6
     df["e_compute_j"] = prof["flops"].fillna(0.0) * e_flop

@@ -1,7 +1,8 @@
 """Stage 09, part 1: trace a PyTorch model with torch.fx, propagate shapes, characterize every node.
 
 Matmul/conv-class FLOPs come from PyTorch's own counter (FlopCounterMode, 2 FLOPs per MAC) run on each node;
-elementwise, normalization, pooling and data-movement ops use the per-element counts of lib/op_costs.py.
+elementwise, normalization, pooling and data-movement ops map onto lib/op_costs.py's registry (FX_TO_ONNX):
+the same op classes and per-element FLOPs as the ONNX side.
 """
 from __future__ import annotations
 
@@ -12,27 +13,36 @@ import warnings
 import pandas as pd
 
 from .errors import StageError
+from .op_costs import REGISTRY
 
-# per-element FLOPs of module types / functions / methods, by name (same conventions as lib/op_costs.py)
-PER_ELEMENT = {
-    "BatchNorm1d": 2, "BatchNorm2d": 2, "BatchNorm3d": 2, "LayerNorm": 8, "GroupNorm": 8, "InstanceNorm2d": 8,
-    "ReLU": 1, "relu": 1, "ReLU6": 2, "Hardtanh": 2, "relu6": 2, "hardtanh": 2, "SiLU": 5, "silu": 5, "Sigmoid": 4,
-    "sigmoid": 4, "Hardsigmoid": 3, "hardsigmoid": 3, "Hardswish": 4, "hardswish": 4, "GELU": 8, "gelu": 8,
-    "Tanh": 5, "tanh": 5, "LeakyReLU": 2, "ELU": 3, "Mish": 8, "Softmax": 5, "softmax": 5, "log_softmax": 5,
-    "add": 1, "iadd": 1, "sub": 1, "mul": 1, "imul": 1, "truediv": 1, "div": 1, "neg": 1, "exp": 1, "sqrt": 1,
-    "pow": 1, "rsqrt": 1, "mean": 1, "sum": 1,
+# FX node kinds (module types, functions, methods) -> the ONNX op of lib/op_costs.py's registry whose op class
+# and per-element FLOPs they share: one set of conventions for both sides
+FX_TO_ONNX = {
+    "BatchNorm1d": "BatchNormalization", "BatchNorm2d": "BatchNormalization", "BatchNorm3d": "BatchNormalization",
+    "LayerNorm": "LayerNormalization", "GroupNorm": "GroupNormalization", "InstanceNorm2d": "InstanceNormalization",
+    "ReLU": "Relu", "relu": "Relu", "ReLU6": "Clip", "relu6": "Clip", "Hardtanh": "Clip", "hardtanh": "Clip",
+    "SiLU": "Swish", "silu": "Swish", "Sigmoid": "Sigmoid", "sigmoid": "Sigmoid", "Hardsigmoid": "HardSigmoid",
+    "hardsigmoid": "HardSigmoid", "Hardswish": "HardSwish", "hardswish": "HardSwish", "GELU": "Gelu", "gelu": "Gelu",
+    "Tanh": "Tanh", "tanh": "Tanh", "LeakyReLU": "LeakyRelu", "ELU": "Elu", "Mish": "Mish",
+    "Softmax": "Softmax", "softmax": "Softmax", "log_softmax": "LogSoftmax",
+    "add": "Add", "iadd": "Add", "sub": "Sub", "mul": "Mul", "imul": "Mul", "truediv": "Div", "div": "Div",
+    "neg": "Neg", "exp": "Exp", "sqrt": "Sqrt", "pow": "Pow", "rsqrt": "Reciprocal",
+    "mean": "ReduceMean", "sum": "ReduceSum",
+    "MaxPool2d": "MaxPool", "AvgPool2d": "AveragePool", "MaxPool1d": "MaxPool", "AvgPool1d": "AveragePool",
+    "max_pool2d": "MaxPool", "avg_pool2d": "AveragePool", "AdaptiveAvgPool2d": "GlobalAveragePool",
+    "AdaptiveAvgPool1d": "GlobalAveragePool", "AdaptiveMaxPool2d": "GlobalMaxPool", "adaptive_avg_pool2d": "GlobalAveragePool",
+    "Flatten": "Flatten", "Identity": "Identity", "Dropout": "Dropout", "StochasticDepth": "Identity",
+    "flatten": "Flatten", "reshape": "Reshape", "view": "Reshape", "permute": "Transpose", "transpose": "Transpose",
+    "contiguous": "Identity", "cat": "Concat", "concat": "Concat", "stack": "Concat", "getitem": "Gather",
+    "unsqueeze": "Unsqueeze", "squeeze": "Squeeze", "expand": "Expand", "chunk": "Split", "split": "Split",
+    "stochastic_depth": "Identity", "dropout": "Dropout", "clone": "Identity", "to": "Cast", "type_as": "Cast",
+    "repeat": "Tile", "narrow": "Slice", "select": "Gather", "size": "Shape", "dim": "Shape", "getattr": "Shape",
+    "_assert": "Identity", "eq": "Equal", "floordiv": "Div", "floor_divide": "Div",
 }
-ZERO = {"Flatten", "Identity", "Dropout", "StochasticDepth", "flatten", "reshape", "view", "permute", "transpose",
-        "contiguous", "cat", "concat", "stack", "getitem", "unsqueeze", "squeeze", "expand", "chunk", "split",
-        "stochastic_depth", "dropout", "clone", "to", "type_as", "repeat", "narrow", "select", "size", "dim",
-        "getattr", "_assert", "eq", "floordiv", "floor_divide"}
-POOL_WINDOW = {"MaxPool2d", "AvgPool2d", "MaxPool1d", "AvgPool1d", "max_pool2d", "avg_pool2d"}
-POOL_GLOBAL = {"AdaptiveAvgPool2d", "AdaptiveAvgPool1d", "AdaptiveMaxPool2d", "adaptive_avg_pool2d"}
-ACT = {"ReLU", "relu", "ReLU6", "relu6", "Hardtanh", "hardtanh", "SiLU", "silu", "Sigmoid", "sigmoid", "Hardsigmoid",
-       "hardsigmoid", "Hardswish", "hardswish", "GELU", "gelu", "Tanh", "tanh", "LeakyReLU", "ELU", "Mish"}
-NORM = {"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm", "InstanceNorm2d"}
-MATMUL_FN = {"matmul", "bmm", "mm", "linear", "conv2d", "conv1d", "einsum", "baddbmm", "addmm",
-             "scaled_dot_product_attention"}
+MAC_KINDS = {"Linear": "gemm", "linear": "gemm", "MultiheadAttention": "attention", "scaled_dot_product_attention":
+             "attention", "matmul": "matmul", "bmm": "matmul", "mm": "matmul", "einsum": "matmul", "baddbmm": "matmul",
+             "addmm": "matmul"}
+MAC_CLASSES = {"conv", "conv_depthwise", "conv_grouped", "gemm", "matmul", "attention", "recurrent"}
 
 
 def load_torch_model(spec: str):
@@ -102,30 +112,37 @@ def _nbytes(ts) -> int:
 
 
 def op_class(kind: str, module) -> str:
+    """The registry's op class of the ONNX op an FX node corresponds to (conv classes from the module)."""
     import torch
     if isinstance(module, torch.nn.modules.conv._ConvNd):
         if module.groups > 1 and module.groups == module.in_channels:
             return "conv_depthwise"
         return "conv_grouped" if module.groups > 1 else "conv"
-    if kind == "Linear" or kind == "linear":
-        return "gemm"
-    if kind == "MultiheadAttention" or kind == "scaled_dot_product_attention":
-        return "attention"
-    if kind in ("matmul", "bmm", "mm", "einsum", "baddbmm", "addmm"):
-        return "matmul"
-    if kind in POOL_WINDOW or kind in POOL_GLOBAL:
-        return "pool"
-    if kind in NORM:
-        return "norm"
-    if kind in ACT:
-        return "activation"
-    if kind in ("Softmax", "softmax", "log_softmax"):
-        return "softmax"
-    if kind in PER_ELEMENT:
-        return "elementwise"
-    if kind in ZERO:
-        return "data_movement"
-    return "other"
+    if isinstance(module, torch.nn.RNNBase):
+        return "recurrent"
+    if kind in MAC_KINDS:
+        return MAC_KINDS[kind]
+    op = REGISTRY.get(FX_TO_ONNX.get(kind, ""))
+    if op is None or callable(op.op_class):
+        return "other"
+    return op.op_class
+
+
+def fx_cost(kind: str, module, args, numel_in: int, numel_out: int) -> tuple[float, bool]:
+    """FLOPs of a non-MAC FX node by the registry's conventions: per-element ops x output elements, window
+    pools x the window, global pools and reductions by their inputs (and outputs)."""
+    key = FX_TO_ONNX.get(kind)
+    op = REGISTRY.get(key or "")
+    if op is None:
+        return float("nan"), False
+    if key in ("MaxPool", "AveragePool"):
+        k = module.kernel_size if module is not None else args[1]
+        return float(numel_out * (math.prod(k) if isinstance(k, (tuple, list)) else k ** 2)), True
+    if key in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean"):
+        return float(numel_in + numel_out), True
+    if key == "ReduceSum":
+        return float(numel_in), True
+    return float(op.per_element * numel_out), op.per_element is not None
 
 
 def characterize(gm, example) -> pd.DataFrame:
@@ -136,7 +153,6 @@ def characterize(gm, example) -> pd.DataFrame:
 
     modules = dict(gm.named_modules())
     rows: list[dict] = []
-    torch.backends.mha.set_fastpath_enabled(False)   # else FlopCounterMode misses nn.MultiheadAttention
 
     class Recorder(Interpreter):
         def run_node(self, n):
@@ -158,20 +174,11 @@ def characterize(gm, example) -> pd.DataFrame:
             numel_in = sum(t.numel() for t in acts)
             if n.op == "get_attr" or not outs:
                 flops, macs, known, cls = 0.0, 0.0, True, "shape" if not outs else "weight"
-            elif counted or cls in ("conv", "conv_depthwise", "conv_grouped", "gemm", "matmul", "attention"):
+            elif counted or cls in MAC_CLASSES:
                 flops, macs, known = float(counted), float(counted) / 2, True
-            elif kind in POOL_WINDOW:
-                k = module.kernel_size if module is not None else n.args[1]
-                k = math.prod(k) if isinstance(k, (tuple, list)) else k ** 2
-                flops, macs, known = float(numel_out * k), 0.0, True
-            elif kind in POOL_GLOBAL:
-                flops, macs, known = float(numel_in + numel_out), 0.0, True
-            elif kind in PER_ELEMENT:
-                flops, macs, known = float(PER_ELEMENT[kind] * numel_out), 0.0, True
-            elif kind in ZERO:
-                flops, macs, known = 0.0, 0.0, True
             else:
-                flops, macs, known = float("nan"), float("nan"), False
+                flops, known = fx_cost(kind, module, n.args, numel_in, numel_out)
+                macs = 0.0 if known else float("nan")
             shape = list(outs[0].shape) if outs else []
             rows.append({
                 "node": n.name, "op": n.op, "kind": kind, "op_class": cls, "flops": flops, "macs": macs,
@@ -187,8 +194,13 @@ def characterize(gm, example) -> pd.DataFrame:
             })
             return out
 
-    with torch.no_grad():
-        Recorder(gm).run(example)
+    fast = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)   # else FlopCounterMode misses nn.MultiheadAttention
+    try:
+        with torch.no_grad():
+            Recorder(gm).run(example)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast)
     df = pd.DataFrame(rows)
     nb = df["in_bytes"] + df["out_bytes"] + df["weight_bytes"]
     df["ai_flop_per_byte"] = df["flops"] / nb.where(nb > 0)

@@ -6,7 +6,6 @@ import pandas as pd
 
 from .dag import longest_path, stages
 
-ANCHORS = {"conv", "conv_depthwise", "conv_grouped", "gemm", "matmul", "attention"}
 EPILOGUE = {"norm", "activation", "elementwise", "data_movement", "softmax"}
 # what one fused attention block contains (nn.MultiheadAttention is one leaf node in the FX graph)
 ATTENTION_PARTS = "Q/K/V projections, QK^T, softmax, .V, output projection"

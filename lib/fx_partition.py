@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import StageError
-from .fx_analysis import characterize, load_torch_model, trace
+from .fx_analysis import MAC_CLASSES, characterize, load_torch_model, trace
 from .fx_fusion import compute_nodes, concurrency, fuse
 from .hardware import hardware_table, load_profiles, map_subgraphs
 
@@ -42,7 +42,7 @@ def analyze(spec: str, shape: list[int], max_fuse: int = 8, hardware_dir=None) -
     host_map = map_subgraphs(sg, host)
     sg = sg.merge(host_map.add_prefix("host_").rename(columns={"host_subgraph": "subgraph"}), on="subgraph")
     hw = hardware_table(sg, profiles)
-    mac_cls = nodes["op_class"].isin(["conv", "conv_depthwise", "conv_grouped", "gemm", "matmul", "attention"])
+    mac_cls = nodes["op_class"].isin(MAC_CLASSES)
     bound = sg.groupby("host_bound")["host_latency_us"].sum()
     summary = {
         "model": spec, "input_shape": shape, "trace": how, "flops": float(nodes["flops"].sum()),
@@ -57,3 +57,18 @@ def analyze(spec: str, shape: list[int], max_fuse: int = 8, hardware_dir=None) -
         **conc,
     }
     return {"nodes": nodes, "subgraphs": sg, "hardware": hw, "summary": summary, "profiles": profiles}
+
+
+def compare_row(name: str, res: dict) -> dict:
+    """One model's line of --compare: totals, fusion, concurrency, and batch-1 latency/energy per hardware."""
+    s, hw = res["summary"], res["hardware"]
+    row = {"model": name, "gflops": s["flops"] / 1e9, "gmacs": s["macs_conv_linear_matmul"] / 1e9,
+           "ops": s["ops_before_fusion"], "subgraphs": s["subgraphs_after_fusion"],
+           "bytes_saved_pct": 100 * (1 - s["bytes_after_fusion"] / s["bytes_before_fusion"]),
+           "max_parallel": s["max_parallel_ops"], "critical_path_ops": s["critical_path_ops"],
+           "ai_flop_per_byte": s["arithmetic_intensity"],
+           "host_memory_bound_pct": 100 * s["bottleneck_mix_host"].get("memory", 0.0)}
+    for r in hw[hw["point"] == "batch1"].itertuples():
+        row[f"{r.hardware}_ms"] = r.latency_us / 1e3
+        row[f"{r.hardware}_mj"] = r.energy_per_inference_j * 1e3
+    return row

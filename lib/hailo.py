@@ -69,9 +69,9 @@ def load_op_table(path: str | Path) -> dict[str, set[str]]:
 def static_check(info: dict, supported: set[str]) -> dict:
     bad = [(n, op) for n, op in info["nodes"] if op not in supported]
     if not bad:
-        return {"status": "ok", "node": None, "op": None, "reason": "every op is in the static support table"}
+        return {"status": "ok", "node": None, "op": None, "ops": [], "reason": "every op is in the static support table"}
     ops = sorted({op for _, op in bad})
-    return {"status": "unsupported", "node": bad[0][0], "op": bad[0][1],
+    return {"status": "unsupported", "node": bad[0][0], "op": bad[0][1], "ops": ops,
             "reason": f"{len(bad)} nodes of ops not in the static table: {', '.join(ops)}"}
 
 
@@ -198,3 +198,50 @@ def provision(archs: list[str], python: str) -> list[str]:
         subprocess.run([str(pip), "-m", "pip", "install", *map(str, wheels)], check=True)
         done.append(str(target))
     return done
+
+
+# ---------------------------------------------------------------- one run of stage 10
+
+def partition_file(rdir: Path, b: int, side: str, model_path, exporter_fn) -> Path:
+    """Stage 08's part for boundary b and side, exported when missing or older than the model."""
+    part = Path(rdir) / "splits" / f"b{b}" / ("part2.onnx" if side == "right" else "part1.onnx")
+    if not part.exists() or part.stat().st_mtime < os.stat(model_path).st_mtime:
+        exporter_fn().export(b, part.parent)
+    return part
+
+
+def check_partitions(parts: dict[int, Path], rdir: Path, side: str, archs: list[str], cmds: dict, table: dict,
+                     cache: ParseCache) -> list[dict]:
+    """One row per partition x arch: the compiler's parse (cached) where a backend has one, else the static table."""
+    versions = {arch: compiler_version(c) for arch, c in cmds.items() if c}
+    rows = []
+    for k, (b, path) in enumerate(parts.items(), 1):
+        part = onnx.load(str(path), load_external_data=False)
+        info, h = partition_model(part), partition_hash(part)
+        for arch in archs:
+            base = {"boundary": b, "side": side, "partition": str(path.relative_to(rdir)), "arch": arch}
+            if not cmds[arch]:
+                rows.append({**base, **static_check(info, table.get(arch, set())), "source": "static",
+                             "compiler_version": "", "cached": False})
+                continue
+            key = ParseCache.key(h, arch, versions[arch])
+            res, cached = cache.get(key), True
+            if res is None:
+                print(f"[{k}/{len(parts)}] b{b} {arch}: parsing with the DFC {versions[arch]}", flush=True)
+                res, cached = parse(cmds[arch], path, f"b{b}_{side}", arch, info), False
+                if res.get("status") in ("ok", "unsupported"):
+                    cache.put(key, res)   # errors (crashes, time-outs) are retried next time
+            ops = [res["op"]] if res.get("status") != "ok" and res.get("op") else []
+            rows.append({**base, **res, "ops": ops, "source": "dfc", "compiler_version": versions[arch],
+                         "cached": cached})
+    return rows
+
+
+def backends(backend: str, archs: list[str]) -> dict:
+    """The worker command per arch (None: static check), or StageError when an explicit backend has none."""
+    cmds = {arch: (None if backend == "static" else backend_python(backend, arch)) for arch in archs}
+    if backend not in ("auto", "static") and not all(cmds.values()):
+        missing = [arch for arch, c in cmds.items() if not c]
+        raise StageError(f"backend {backend} has no Hailo compiler for {missing}" +
+                         (": run 10_hailo_parse.py --provision" if backend == "venv" else ""))
+    return cmds

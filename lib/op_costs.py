@@ -1,42 +1,85 @@
-"""One registry: ONNX op type -> FLOPs and MACs of one node, from inferred shapes.
+"""The op registry: every ONNX op (with its domain and aliases) registered once, with its cost formula and class.
 
-Conventions (README "Cost model"):
-- MACs: multiply-accumulates of Conv/ConvTranspose/Gemm/MatMul/Einsum-class ops; FLOPs = 2 x MACs for them
-  (bias additions are not counted, as in PyTorch's FlopCounterMode and torchvision's figures).
-- Other ops: MACs = 0 and FLOPs = output (or input) elements x a per-element cost from ELEMENTWISE.
+As in PyTorch's torch/utils/flop_counter.py: one small formula per op, registered by a decorator, shapes in,
+(FLOPs, MACs) out; a second registration of the same op is an error. Conventions (README "Cost model"):
+- MACs: multiply-accumulates of Conv/ConvTranspose/Gemm/MatMul/Einsum/LSTM/GRU/RNN-class ops; FLOPs = 2 x MACs
+  for them (bias additions are not counted, as in FlopCounterMode and torchvision's figures); recurrent ops
+  add their gate arithmetic as FLOPs.
+- Other ops: MACs = 0 and FLOPs = output (or input) elements x a per-element cost.
 - Data-movement and shape ops cost 0 FLOPs but are *known* (their bytes still count).
 - An op missing here is *unknown*: flops/macs stay empty (NaN), never silently 0.
+Ops are keyed "OpType" for the default domain and "domain:OpType" for the others (com.microsoft ...).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 from onnx import helper
 
 from .graph import Graph
 
-# FLOPs per output element (a documented convention, not a measurement)
-ELEMENTWISE = {
-    # one arithmetic operation per element
-    "Add": 1, "Sub": 1, "Mul": 1, "Div": 1, "Neg": 1, "Abs": 1, "Max": 1, "Min": 1, "Relu": 1,
-    "Sum": 1, "Mean": 1, "Pow": 1, "Sqrt": 1, "Reciprocal": 1, "Exp": 1, "Log": 1, "Floor": 1, "Ceil": 1,
-    "Round": 1, "Sign": 1, "Mod": 1, "Equal": 1, "Greater": 1, "Less": 1, "GreaterOrEqual": 1,
-    "LessOrEqual": 1, "And": 1, "Or": 1, "Xor": 1, "Not": 1, "Where": 1, "BitShift": 1, "IsNaN": 1, "IsInf": 1,
-    # activations: a small fixed number of operations per element
-    "Clip": 2, "LeakyRelu": 2, "PRelu": 2, "ThresholdedRelu": 1, "Elu": 3, "Selu": 4, "Celu": 4,
-    "Sigmoid": 4, "HardSigmoid": 3, "HardSwish": 4, "Tanh": 5, "Softplus": 3, "Softsign": 3, "Mish": 8,
-    "Erf": 5, "Gelu": 8, "FastGelu": 8, "BiasGelu": 9, "QuickGelu": 5, "Swish": 5, "Sin": 1, "Cos": 1,
-}
+Cost = tuple[float, float]          # (flops, macs)
 
-# Data movement / shape bookkeeping: zero FLOPs, bytes moved still counted
-ZERO_FLOP = {
-    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Concat", "Split", "Slice", "Gather",
-    "GatherElements", "GatherND", "ScatterND", "ScatterElements", "Expand", "Tile", "Pad", "Shape", "Size",
-    "Constant", "ConstantOfShape", "Cast", "CastLike", "Dropout", "Range", "NonZero", "DepthToSpace",
-    "SpaceToDepth", "Trilu", "OneHot", "Compress", "ReverseSequence", "EyeLike",
-}
-SHAPE_OPS = {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}
 
+@dataclass(frozen=True)
+class Op:
+    key: str
+    op_class: str | Callable        # a class name, or f(node, g) -> class name (conv depthwise/grouped)
+    cost: Callable                  # f(node, g) -> (flops, macs), or None when a shape it needs is unknown
+    per_element: float | None = None    # FLOPs per output element, for ops costed that way (the FX side reads it)
+    weight_input: int | None = None     # MAC ops: the operand whose element type the MACs are done in
+
+
+REGISTRY: dict[str, Op] = {}
+
+
+def register(*keys: str, op_class, per_element: float | None = None, weight_input: int | None = None):
+    """Decorator: register a cost formula under one or more op keys."""
+    def deco(cost):
+        for k in keys:
+            if k in REGISTRY:
+                raise ValueError(f"op {k} is registered twice")
+            REGISTRY[k] = Op(k, op_class, cost, per_element, weight_input)
+        return cost
+    return deco
+
+
+def alias(key: str, of: str) -> None:
+    """A contrib op that is a standard op under another name: same formula and class."""
+    if key in REGISTRY:
+        raise ValueError(f"op {key} is registered twice")
+    REGISTRY[key] = Op(key, *(getattr(REGISTRY[of], f) for f in ("op_class", "cost", "per_element", "weight_input")))
+
+
+def op_key(node) -> str:
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
+
+
+def lookup(node) -> Op | None:
+    return REGISTRY.get(op_key(node))
+
+
+def node_cost(node, g: Graph) -> Cost | None:
+    """(flops, macs) of one node, or None when the op (or a shape it needs) is unknown."""
+    op = lookup(node)
+    return None if op is None else op.cost(node, g)
+
+
+def op_class(node, g: Graph) -> str:
+    op = lookup(node)
+    if op is None:
+        return "other"
+    return op.op_class(node, g) if callable(op.op_class) else op.op_class
+
+
+def is_mac_op(node) -> bool:
+    op = lookup(node)
+    return op is not None and op.weight_input is not None
+
+
+# ---------------------------------------------------------------- helpers
 
 def _attr(node, name, default=None):
     for a in node.attribute:
@@ -45,40 +88,66 @@ def _attr(node, name, default=None):
     return default
 
 
-def _shape(g: Graph, name: str):
-    t = g.tensors.get(name) if name else None
+def _shape(g: Graph, node, idx: int, outputs: bool = False):
+    names = node.output if outputs else node.input
+    if idx >= len(names) or not names[idx]:
+        return None
+    t = g.tensors.get(names[idx])
     return None if t is None else t.shape
 
 
 def _numel(shape) -> int:
-    return int(math.prod(shape)) if shape is not None else 0
+    return math.prod(shape)
 
 
-def conv_macs(node, g: Graph, w_idx: int = 1):
+def _out_numel(node, g: Graph) -> int | None:
+    s = _shape(g, node, 0, outputs=True)
+    return None if s is None else _numel(s)
+
+
+def _macs(m: int | None) -> Cost | None:
+    return None if m is None else (2.0 * m, float(m))
+
+
+# ---------------------------------------------------------------- MAC ops
+
+def _conv_class(w_idx: int):
+    def cls(node, g: Graph) -> str:
+        group = _attr(node, "group", 1)
+        w = _shape(g, node, w_idx)
+        if group > 1 and w is not None and len(w) > 1 and w[1] == 1:
+            return "conv_depthwise"
+        return "conv_grouped" if group > 1 else "conv"
+    return cls
+
+
+def conv_macs(node, g: Graph, w_idx: int = 1) -> int | None:
     """N * Cout * prod(out spatial) * (Cin / group) * prod(kernel): any rank, grouped, depthwise, dilated."""
-    w, y = _shape(g, node.input[w_idx]), _shape(g, node.output[0])
+    w, y = _shape(g, node, w_idx), _shape(g, node, 0, outputs=True)
     if w is None or y is None:
         return None
-    # W is (Cout, Cin/group, k...) ; Y is (N, Cout, spatial...)
-    return _numel(y) * int(math.prod(w[1:]))
+    return _numel(y) * _numel(w[1:])        # W is (Cout, Cin/group, k...); Y is (N, Cout, spatial...)
 
 
-def conv_transpose_macs(node, g: Graph):
-    x, w = _shape(g, node.input[0]), _shape(g, node.input[1])
-    if x is None or w is None:
-        return None
-    # every input element is multiplied with Cout/group * prod(kernel) weights
-    return _numel(x) * int(math.prod(w[1:]))
+def _conv_at(w_idx: int):
+    return lambda node, g: _macs(conv_macs(node, g, w_idx))
 
 
-def gemm_macs(node, g: Graph):
-    return gemm_macs_at(node, g, 1)
+register("Conv", "ConvInteger", "com.microsoft:FusedConv", op_class=_conv_class(1), weight_input=1)(_conv_at(1))
+register("QLinearConv", op_class=_conv_class(3), weight_input=3)(_conv_at(3))
 
 
-def matmul_macs(node, g: Graph, b_idx: int = 1):
+@register("ConvTranspose", op_class=_conv_class(1), weight_input=1)
+def conv_transpose(node, g: Graph):
+    """Every input element is multiplied with Cout/group * prod(kernel) weights."""
+    x, w = _shape(g, node, 0), _shape(g, node, 1)
+    return None if x is None or w is None else _macs(_numel(x) * _numel(w[1:]))
+
+
+def matmul_macs(node, g: Graph, b_idx: int = 1) -> int | None:
     """numpy matmul semantics: 1-D operands promoted, batch dims broadcast; MACs = batch * M * N * K."""
-    a, b = _shape(g, node.input[0]), _shape(g, node.input[b_idx])
-    if a is None or b is None:
+    a, b = _shape(g, node, 0), _shape(g, node, b_idx)
+    if a is None or b is None or not a or not b:
         return None
     a = [1] + list(a) if len(a) == 1 else list(a)
     b = list(b) + [1] if len(b) == 1 else list(b)
@@ -86,178 +155,189 @@ def matmul_macs(node, g: Graph, b_idx: int = 1):
     ba, bb = a[:-2], b[:-2]
     nb = max(len(ba), len(bb))
     ba, bb = [1] * (nb - len(ba)) + ba, [1] * (nb - len(bb)) + bb
-    batch = math.prod(max(x, y) for x, y in zip(ba, bb))
-    return batch * m * n * k
+    return math.prod(max(x, y) for x, y in zip(ba, bb)) * m * n * k
 
 
-def einsum_macs(node, g: Graph):
+def _matmul_at(b_idx: int):
+    return lambda node, g: _macs(matmul_macs(node, g, b_idx))
+
+
+register("MatMul", "MatMulInteger", "com.microsoft:FusedMatMul", "com.microsoft:DynamicQuantizeMatMul",
+         "com.microsoft:MatMulIntegerToFloat", op_class="matmul", weight_input=1)(_matmul_at(1))
+register("QLinearMatMul", op_class="matmul", weight_input=3)(_matmul_at(3))
+
+
+def _gemm_at(b_idx: int):
+    def cost(node, g: Graph):
+        a, b = _shape(g, node, 0), _shape(g, node, b_idx)
+        if a is None or b is None or len(a) != 2 or len(b) != 2:
+            return None
+        m, k = (a[1], a[0]) if _attr(node, "transA", 0) else (a[0], a[1])
+        n = b[0] if _attr(node, "transB", 0) else b[1]
+        return _macs(m * n * k)
+    return cost
+
+
+register("Gemm", op_class="gemm", weight_input=1)(_gemm_at(1))
+register("com.microsoft:QGemm", op_class="gemm", weight_input=3)(_gemm_at(3))
+
+
+@register("Einsum", op_class="matmul", weight_input=1)
+def einsum(node, g: Graph):
     """Product of the sizes of every distinct index (output and contracted) = MACs of the contraction."""
     eq = _attr(node, "equation")
-    shapes = [_shape(g, t) for t in node.input]
+    shapes = [_shape(g, node, i) for i in range(len(node.input))]
     if eq is None or any(s is None for s in shapes):
         return None
     eq = eq.decode() if isinstance(eq, bytes) else eq
     lhs = eq.replace(" ", "").split("->")[0].split(",")
     sizes: dict[str, int] = {}
     for term, shape in zip(lhs, shapes):
-        if "..." in term:
+        if "..." in term or len(term) != len(shape):
             return None
         for ch, d in zip(term, shape):
             sizes[ch] = max(sizes.get(ch, 1), d)
-    return int(math.prod(sizes.values()))
+    return _macs(math.prod(sizes.values()))
 
 
-def gemm_macs_at(node, g: Graph, b_idx: int):
-    a, b = _shape(g, node.input[0]), _shape(g, node.input[b_idx])
-    if a is None or b is None:
+# gates and gate arithmetic per hidden unit and step (README "Cost model"): LSTM 3 sigmoid + 2 tanh + 4
+# elementwise + 8 bias adds; GRU 2 sigmoid + 1 tanh + 5 elementwise + 6 bias adds; RNN 1 tanh + 2 bias adds
+RECURRENT = {"LSTM": (4, 3 * 4 + 2 * 5 + 4 + 8), "GRU": (3, 2 * 4 + 5 + 5 + 6), "RNN": (1, 5 + 2)}
+
+
+def _recurrent(node, g: Graph):
+    """MACs per direction and step = gates x hidden x (input + hidden), times steps x batch x directions."""
+    x, w = _shape(g, node, 0), _shape(g, node, 1)
+    if x is None or w is None or len(x) != 3 or len(w) != 3:
         return None
-    m, k = (a[1], a[0]) if _attr(node, "transA", 0) else (a[0], a[1])
-    n = b[0] if _attr(node, "transB", 0) else b[1]
-    return m * n * k
+    gates, gate_flops = RECURRENT[node.op_type]
+    hidden = _attr(node, "hidden_size") or w[1] // gates
+    seq, batch = (x[1], x[0]) if _attr(node, "layout", 0) else (x[0], x[1])
+    dirs = w[0]
+    steps = seq * batch * dirs
+    macs = steps * gates * hidden * (x[2] + hidden)
+    return 2.0 * macs + float(steps * hidden * gate_flops), float(macs)
 
 
-def _pool_kernel(node, g: Graph):
-    ks = _attr(node, "kernel_shape")
-    return int(math.prod(ks)) if ks else None
+register("LSTM", "GRU", "RNN", op_class="recurrent", weight_input=1)(_recurrent)
 
 
-MAC_OPS = {"Conv": conv_macs, "ConvTranspose": conv_transpose_macs, "Gemm": gemm_macs,
-           "MatMul": matmul_macs, "Einsum": einsum_macs,
-           # integer / quantized forms: the same loops, weights at another input position
-           "ConvInteger": conv_macs, "QLinearConv": lambda n, g: conv_macs(n, g, 3),
-           "MatMulInteger": matmul_macs, "QLinearMatMul": lambda n, g: matmul_macs(n, g, 3),
-           "com.microsoft:FusedMatMul": matmul_macs, "com.microsoft:FusedConv": conv_macs,
-           "com.microsoft:QGemm": lambda n, g: gemm_macs_at(n, g, 3),
-           "com.microsoft:DynamicQuantizeMatMul": matmul_macs, "com.microsoft:MatMulIntegerToFloat": matmul_macs}
-# com.microsoft contrib ops that are a standard op under another name (ORT fusions and quantization emit them)
-CONTRIB_ALIASES = {"com.microsoft:Gelu": "Gelu", "com.microsoft:FastGelu": "FastGelu", "com.microsoft:BiasGelu": "BiasGelu",
-                   "com.microsoft:QuickGelu": "QuickGelu", "com.microsoft:QLinearAdd": "Add", "com.microsoft:QLinearMul": "Mul",
-                   "com.microsoft:QLinearSigmoid": "Sigmoid", "com.microsoft:QLinearLeakyRelu": "LeakyRelu",
-                   "com.microsoft:QLinearGlobalAveragePool": "GlobalAveragePool", "com.microsoft:QLinearConcat": "Concat",
-                   "com.microsoft:QLinearAveragePool": "AveragePool", "com.microsoft:QLinearSoftmax": "Softmax",
-                   "com.microsoft:SkipLayerNormalization": "LayerNormalization", "com.microsoft:BiasAdd": "Add"}
-# per-element FLOPs of (de)quantization: scale and round/saturate; dynamic quantization also finds min/max
-QUANT = {"QuantizeLinear": 2, "DequantizeLinear": 2, "DynamicQuantizeLinear": 4}
+# ---------------------------------------------------------------- per-element ops
 
-
-def node_cost(node, g: Graph) -> tuple[float, float] | None:
-    """(flops, macs) of one node, or None when the op (or a shape it needs) is unknown."""
-    op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
-    op = CONTRIB_ALIASES.get(op, op)
-    out = _shape(g, node.output[0]) if node.output else None
-    if op in MAC_OPS:
-        macs = MAC_OPS[op](node, g)
-        return None if macs is None else (2.0 * macs, float(macs))
-    if op in ZERO_FLOP:
-        return 0.0, 0.0
-    if op in CONTROL_FLOW:
-        return control_flow_cost(node, g)
-    if out is None:
-        return None
-    n_out = _numel(out)
-    if op in QUANT:
-        return float(QUANT[op] * n_out), 0.0
-    if op in ELEMENTWISE:
+def _per_element(k: float, variadic: bool = False):
+    def cost(node, g: Graph):
+        n = _out_numel(node, g)
+        if n is None:
+            return None
         # variadic ops (Sum/Max/Min/Mean) do (inputs - 1) operations per element
-        k = max(1, len([i for i in node.input if i]) - 1) if op in ("Sum", "Max", "Min", "Mean") else 1
-        return float(ELEMENTWISE[op] * k * n_out), 0.0
-    x = _shape(g, node.input[0]) if node.input else None
-    n_in = _numel(x) if x is not None else None
-    if op == "BatchNormalization":
-        return 2.0 * n_out, 0.0            # inference: y = x * scale' + shift'
-    if op in ("InstanceNormalization", "LayerNormalization", "GroupNormalization"):
-        return 8.0 * n_out, 0.0            # mean, var, normalise, scale, shift
-    if op == "LRN":
-        return float(n_out * (2 * (_attr(node, "size", 1)) + 3)), 0.0
-    if op in ("MaxPool", "AveragePool", "LpPool"):
-        k = _pool_kernel(node, g)
-        return (None if k is None else (float(n_out * k), 0.0))
-    if op in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"):
-        return (None if n_in is None else (float(n_in + n_out), 0.0))
-    if op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-              "ReduceSumSquare", "ReduceLogSumExp", "ReduceLogSum", "ArgMax", "ArgMin"):
-        return (None if n_in is None else (float(n_in + (n_out if op == "ReduceMean" else 0)), 0.0))
-    if op in ("Softmax", "LogSoftmax"):
-        return 5.0 * n_out, 0.0            # max, subtract, exp, sum, divide
-    if op == "Resize":
-        return 4.0 * n_out, 0.0            # up to bilinear: 4 weighted taps
-    return None
+        ops = max(1, len([i for i in node.input if i]) - 1) if variadic else 1
+        return float(k * ops * n), 0.0
+    return cost
 
 
-ACTIVATIONS = {"Relu", "Clip", "LeakyRelu", "PRelu", "ThresholdedRelu", "Elu", "Selu", "Celu", "Sigmoid",
-               "HardSigmoid", "HardSwish", "Tanh", "Softplus", "Softsign", "Mish", "Erf", "Gelu", "FastGelu",
-               "BiasGelu", "QuickGelu", "Swish"}
-NORMS = {"BatchNormalization", "InstanceNormalization", "LayerNormalization", "GroupNormalization", "LRN"}
-POOLS = {"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}
+ELEMENTWISE = {  # FLOPs per output element (a documented convention, not a measurement)
+    "Add": 1, "Sub": 1, "Mul": 1, "Div": 1, "Neg": 1, "Abs": 1, "Pow": 1, "Sqrt": 1, "Reciprocal": 1, "Exp": 1,
+    "Log": 1, "Floor": 1, "Ceil": 1, "Round": 1, "Sign": 1, "Mod": 1, "Equal": 1, "Greater": 1, "Less": 1,
+    "GreaterOrEqual": 1, "LessOrEqual": 1, "And": 1, "Or": 1, "Xor": 1, "Not": 1, "Where": 1, "BitShift": 1,
+    "IsNaN": 1, "IsInf": 1, "Sin": 1, "Cos": 1, "Tan": 1, "Asin": 1, "Acos": 1, "Atan": 1, "Sinh": 1, "Cosh": 1,
+    "Asinh": 1, "Acosh": 1, "Atanh": 1, "BitwiseAnd": 1, "BitwiseOr": 1, "BitwiseXor": 1, "BitwiseNot": 1,
+}
+VARIADIC = {"Sum": 1, "Mean": 1, "Max": 1, "Min": 1}
+ACTIVATIONS = {
+    "Relu": 1, "ThresholdedRelu": 1, "Clip": 2, "LeakyRelu": 2, "PRelu": 2, "Elu": 3, "Selu": 4, "Celu": 4,
+    "Sigmoid": 4, "HardSigmoid": 3, "HardSwish": 4, "Tanh": 5, "Softplus": 3, "Softsign": 3, "Mish": 8, "Erf": 5,
+    "Gelu": 8, "Shrink": 2, "com.microsoft:FastGelu": 8, "com.microsoft:BiasGelu": 9, "com.microsoft:QuickGelu": 5,
+    "Swish": 5,
+}
+NORMS = {"BatchNormalization": 2,           # inference: y = x * scale' + shift'
+         "InstanceNormalization": 8, "LayerNormalization": 8, "GroupNormalization": 8,   # mean, var, normalise,
+         "RMSNormalization": 6, "com.microsoft:SimplifiedLayerNormalization": 6,       # scale, shift
+         "com.microsoft:SkipLayerNormalization": 9, "com.microsoft:SkipSimplifiedLayerNormalization": 7}
+QUANT = {"QuantizeLinear": 2, "DequantizeLinear": 2, "DynamicQuantizeLinear": 4}   # scale, round/saturate; min/max
+SOFTMAX = {"Softmax": 5, "LogSoftmax": 5}   # max, subtract, exp, sum, divide
+
+for _table, _cls in ((ELEMENTWISE, "elementwise"), (ACTIVATIONS, "activation"), (NORMS, "norm"),
+                     (QUANT, "quantize"), (SOFTMAX, "softmax")):
+    for _key, _k in _table.items():
+        register(_key, op_class=_cls, per_element=_k)(_per_element(_k))
+for _key, _k in VARIADIC.items():
+    register(_key, op_class="elementwise", per_element=_k)(_per_element(_k, variadic=True))
+
+# com.microsoft contrib ops that are a standard op under another name (ORT fusions and quantization emit them)
+for _key, _of in {"com.microsoft:Gelu": "Gelu", "com.microsoft:QLinearAdd": "Add", "com.microsoft:QLinearMul": "Mul",
+                  "com.microsoft:QLinearSigmoid": "Sigmoid", "com.microsoft:QLinearLeakyRelu": "LeakyRelu",
+                  "com.microsoft:QLinearSoftmax": "Softmax", "com.microsoft:BiasAdd": "Add",
+                  "com.microsoft:QLinearConcat": "Concat", "com.microsoft:QLinearGlobalAveragePool": "GlobalAveragePool",
+                  "com.microsoft:QLinearAveragePool": "AveragePool"}.items():
+    if _of in REGISTRY:
+        alias(_key, _of)
 
 
-CONTROL_FLOW = {"If", "Loop", "Scan"}
+@register("LRN", op_class="norm")
+def lrn(node, g: Graph):
+    n = _out_numel(node, g)
+    return None if n is None else (float(n * (2 * _attr(node, "size", 1) + 3)), 0.0)
 
 
-def control_flow_cost(node, g: Graph):
-    """If: the dearer branch (an upper bound); Loop: body x trip count when the count is a constant, else
-    unknown; Scan: body x the scanned length. A body op of unknown cost makes the whole node unknown."""
-    from .graph import subgraph_view
-    bodies = {a.name: a.g for a in node.attribute if a.type == a.GRAPH}
-    costs = {}
-    for name, body in bodies.items():
-        sub = subgraph_view(body, g)
-        total = [0.0, 0.0]
-        for n in sub.nodes:
-            c = node_cost(n, sub)
-            if c is None:
-                return None
-            total[0] += c[0]
-            total[1] += c[1]
-        costs[name] = total
-    if node.op_type == "If":
-        return tuple(max(costs.values(), key=lambda c: c[0])) if costs else None
-    if node.op_type == "Loop":
-        trips = g.const_values.get(node.input[0]) if node.input and node.input[0] else None
-        if trips is None:
-            return None          # trip count only known at run time: flagged, never guessed
-        return costs["body"][0] * float(trips), costs["body"][1] * float(trips)
-    # Scan: the scan inputs' leading (or scan_input_axes) dimension
-    n_state = len(node.input) - int(_attr(node, "num_scan_inputs", 0))
-    x = _shape(g, node.input[n_state]) if len(node.input) > n_state else None
-    axes = _attr(node, "scan_input_axes", [0]) or [0]
-    if x is None:
-        return None
-    steps = x[axes[0]]
-    return costs["body"][0] * steps, costs["body"][1] * steps
+@register("MaxPool", "AveragePool", "LpPool", op_class="pool")
+def window_pool(node, g: Graph):
+    """Outputs x the window's taps."""
+    n, ks = _out_numel(node, g), _attr(node, "kernel_shape")
+    return None if n is None or not ks else (float(n * math.prod(ks)), 0.0)
 
 
-def op_class(node, g: Graph) -> str:
-    """Coarse class used for offload kernels and hardware speed-ups (conv, conv_depthwise, gemm, matmul ...)."""
-    op = node.op_type
-    if op in ("Conv", "ConvTranspose"):
-        group = _attr(node, "group", 1)
-        w = _shape(g, node.input[1])
-        if group > 1 and w is not None and w[1] == 1:
-            return "conv_depthwise"
-        return "conv_grouped" if group > 1 else "conv"
-    if op == "Gemm":
-        return "gemm"
-    if op in ("MatMul", "Einsum", "MatMulInteger", "QLinearMatMul", "FusedMatMul", "DynamicQuantizeMatMul"):
-        return "matmul"
-    if op in ("ConvInteger", "QLinearConv"):
-        return "conv"
-    if op in QUANT:
-        return "quantize"
-    if op in CONTROL_FLOW:
-        return "control_flow"
-    if op in POOLS:
-        return "pool"
-    if op in NORMS:
-        return "norm"
-    if op in ACTIVATIONS:
-        return "activation"
-    if op in ("Softmax", "LogSoftmax"):
-        return "softmax"
-    if op in ELEMENTWISE:
-        return "elementwise"
-    if op.startswith("Reduce") or op in ("ArgMax", "ArgMin"):
-        return "reduce"
-    if op in ZERO_FLOP:
-        return "shape" if op in SHAPE_OPS else "data_movement"
-    return "other"
+def _in_plus_out(node, g: Graph):
+    x, n = _shape(g, node, 0), _out_numel(node, g)
+    return None if x is None or n is None else (float(_numel(x) + n), 0.0)
+
+
+register("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", op_class="pool")(_in_plus_out)  # reduce in, scale out
+register("ReduceMean", op_class="reduce")(_in_plus_out)
+
+
+@register("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+          "ReduceLogSumExp", "ReduceLogSum", "ArgMax", "ArgMin", op_class="reduce")
+def reduce_(node, g: Graph):
+    x = _shape(g, node, 0)
+    return None if x is None else (float(_numel(x)), 0.0)
+
+
+register("Resize", "Upsample", op_class="data_movement", per_element=4)(_per_element(4))   # up to bilinear: 4 taps
+
+
+# ---------------------------------------------------------------- zero-FLOP ops (bytes still count)
+
+def _free(node, g: Graph) -> Cost:
+    return 0.0, 0.0
+
+
+register("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Concat", "Split", "Slice",
+         "Gather", "GatherElements", "GatherND", "ScatterND", "ScatterElements", "Scatter", "Expand", "Tile",
+         "Pad", "Cast", "CastLike", "Dropout", "NonZero", "DepthToSpace", "SpaceToDepth", "Trilu", "OneHot",
+         "Compress", "ReverseSequence", "EyeLike", "SequenceAt", "SequenceConstruct", "SplitToSequence",
+         "ConcatFromSequence", "SequenceInsert", "SequenceEmpty", "SequenceLength", "TopK", "NonMaxSuppression",
+         "Optional", "OptionalGetElement", "OptionalHasElement", "CumSum", "Unique",
+         op_class="data_movement", per_element=0)(_free)
+register("Shape", "Size", "Constant", "ConstantOfShape", "Range", op_class="shape", per_element=0)(_free)
+SHAPE_OPS = {k for k, op in REGISTRY.items() if op.op_class == "shape"}
+
+
+# ---------------------------------------------------------------- control flow
+
+@register("If", "Loop", "Scan", op_class="control_flow")
+def control_flow(node, g: Graph):
+    """Cost of the body that runs (lib/control_flow.py decides which branch, how many iterations)."""
+    from .control_flow import control_flow_cost
+    return control_flow_cost(node, g)
+
+
+def markdown_table() -> str:
+    """The README's table of per-element costs, generated from the registry (tests check the README has it)."""
+    rows: dict[tuple[str, float], list[str]] = {}
+    for key, op in REGISTRY.items():
+        if op.per_element is not None and op.per_element > 0:
+            rows.setdefault((op.op_class, op.per_element), []).append(key.split(":")[-1])
+    lines = ["| op class | FLOPs per output element | ops |", "| --- | --- | --- |"]
+    for (cls, k), ops in sorted(rows.items()):
+        lines.append(f"| {cls} | {k:g} | {', '.join(sorted(set(ops)))} |")
+    return "\n".join(lines)

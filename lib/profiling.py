@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -27,48 +28,14 @@ import onnx
 import pandas as pd
 
 from .errors import StageError
-from .graph import Graph, real_inputs
-from .op_costs import MAC_OPS, node_cost
+from .graph import Graph
+from .op_costs import is_mac_op, node_cost, op_key
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
              "tensorrt": "TensorrtExecutionProvider", "dml": "DmlExecutionProvider",
              "openvino": "OpenVINOExecutionProvider", "coreml": "CoreMLExecutionProvider"}
 OPT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
               "layout": "ORT_ENABLE_LAYOUT", "all": "ORT_ENABLE_ALL"}
-
-
-def random_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]], seed: int) -> dict[str, np.ndarray]:
-    """Seeded random feeds matching each input's element type and shape."""
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for inp in real_inputs(model):
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type)
-        shape = shapes[inp.name]
-        if np.issubdtype(dtype, np.floating):
-            arr = rng.standard_normal(shape).astype(dtype)
-        elif dtype == np.bool_:
-            arr = rng.integers(0, 2, shape).astype(bool)
-        elif np.issubdtype(dtype, np.integer):
-            arr = rng.integers(0, 2, shape).astype(dtype)  # small ids/masks are valid for any vocabulary
-        else:
-            raise StageError(f"input {inp.name} has element type {dtype}: pass --inputs-npz")
-        feeds[inp.name] = arr
-    return feeds
-
-
-def load_npz_inputs(path: str, model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    p = Path(path)
-    if not p.exists():
-        raise StageError(f"--inputs-npz {p} not found")
-    try:
-        data = dict(np.load(p, allow_pickle=False))
-    except Exception as e:  # noqa: BLE001
-        raise StageError(f"--inputs-npz {p} is not a readable .npz file ({type(e).__name__})") from None
-    names = [i.name for i in real_inputs(model)]
-    missing = [n for n in names if n not in data]
-    if missing:
-        raise StageError(f"--inputs-npz {p} lacks inputs {missing} (has {sorted(data)})")
-    return {n: data[n] for n in names}
 
 
 def _session(model_path: str, provider: str, threads: int, opt_level: str, profile_prefix: str,
@@ -97,8 +64,9 @@ def _session(model_path: str, provider: str, threads: int, opt_level: str, profi
 
 
 def profile_model(model_path: str, feeds: dict[str, np.ndarray], *, provider="cpu", runs=10, warmup=3,
-                  threads=0, opt_level="all", progress=True) -> dict:
-    """Run the model `warmup + runs` times with ORT's profiler; return raw kernel events per measured run."""
+                  threads=0, opt_level="all", progress=True, keep_dir: Path | None = None) -> dict:
+    """Run the model `warmup + runs` times with ORT's profiler; return raw kernel events per measured run.
+    keep_dir: where ORT's own trace (Chrome trace JSON) and optimized model are kept for the user."""
     with tempfile.TemporaryDirectory(prefix="ortprof_") as tmp:
         opt_path = os.path.join(tmp, "optimized.onnx")
         sess = _session(model_path, provider, threads, opt_level, os.path.join(tmp, "prof"), opt_path)
@@ -121,6 +89,8 @@ def profile_model(model_path: str, feeds: dict[str, np.ndarray], *, provider="cp
             prof_file = sess.end_profiling()
         events = json.loads(Path(prof_file).read_text())
         optimized = onnx.load(opt_path, load_external_data=False) if os.path.exists(opt_path) else None
+        if keep_dir is not None:
+            _keep(Path(prof_file), Path(opt_path), Path(keep_dir))
     runs_ev = [e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
     runs_ev.sort(key=lambda e: e["ts"])
     windows = [(e["ts"], e["ts"] + e["dur"]) for e in runs_ev][warmup:]
@@ -133,6 +103,18 @@ def profile_model(model_path: str, feeds: dict[str, np.ndarray], *, provider="cp
             per_run[k][e["name"][: -len("_kernel_time")]] += float(e["dur"])
     return {"per_run": [dict(d) for d in per_run], "wall_us": wall, "optimized": optimized,
             "kernel_ops": {e["name"][: -len("_kernel_time")]: e.get("args", {}).get("op_name", "") for e in kernels}}
+
+
+def _keep(trace: Path, optimized: Path, dest: Path) -> None:
+    """ORT's trace, and its optimized graph with the weights' bytes stripped (lib/onnx_io.py): the graph is what
+    checking the kernel-to-node mapping needs, and a copy of every weight would double the results' size."""
+    from .artifacts import atomic_path
+    from .onnx_io import read_light
+    with atomic_path(dest / "ort_trace.json") as tmp:
+        shutil.copyfile(trace, tmp)
+    if optimized.exists():
+        with atomic_path(dest / "ort_optimized.onnx") as tmp:
+            tmp.write_bytes(read_light(optimized).model.SerializeToString())
 
 
 LAYOUT_KERNELS = {"ReorderInput", "ReorderOutput", "MemcpyFromHost", "MemcpyToHost"}
@@ -203,7 +185,7 @@ def attribute(g: Graph, optimized: onnx.ModelProto | None, kernel_names: list[st
                 continue
             group.append(pos)
             # a name-derived kernel is one heavy op plus its epilogue: never walk back past the heavy op
-            if not exact[k] and g.nodes[pos].op_type in MAC_OPS:
+            if not exact[k] and is_mac_op(g.nodes[pos]):
                 continue
             for inp in g.nodes[pos].input:
                 if inp and inp not in stop and inp not in materialized and inp in g.producer:
@@ -277,9 +259,8 @@ def latency_table(g: Graph, prof: dict) -> tuple[pd.DataFrame, dict]:
             how = "fused"
         else:
             how = "not_run"  # constant-folded or removed by ORT (Identity, Dropout, shape arithmetic)
-        n = g.nodes[pos]
         rows.append({
-            "node": g.names[pos], "op_type": n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}:{n.op_type}",
+            "node": g.names[pos], "op_type": op_key(g.nodes[pos]),
             "latency_us": float(med[pos]), "p10_us": float(p10[pos]), "p90_us": float(p90[pos]), "runs": n_runs,
             "attribution": how,
             "fused_into": g.names[att["fused_into"][pos]] if pos in att["fused_into"] else "",

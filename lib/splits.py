@@ -1,134 +1,39 @@
-"""Stage 07: every topological boundary of a graph, measured in one O(nodes + edges) sweep, then pruned,
-ranked and reduced to Pareto fronts.
-
-Boundary b cuts after node b of the topological order: the left part is nodes 0..b, the right part b+1..N-1.
-A tensor crosses b when its producer is at <= b and a consumer at > b. Only activations cross the link:
-constants (initializers, Constant outputs and whatever is computed from them alone) travel with the part
-that uses them, and original graph inputs are fed to either part directly.
-"""
+"""Stage 07's model of a two-device split: per-boundary costs on each device and the link, pruning, ranking,
+Pareto fronts (the boundaries themselves come from lib/boundary_sweep.py)."""
 from __future__ import annotations
 
-import heapq
+import copy
 import os
-from itertools import islice
 
 import numpy as np
 import pandas as pd
 
 from .errors import StageError
-from .graph import Graph, constant_tensors
-
-MAX_NAMES = 16  # cut tensor names listed per boundary (the count is always exact)
-
-
-def sweep(g: Graph, skip_block_min_span: int = 4, skip_block_max_share: float = 0.25) -> pd.DataFrame:
-    """Per-boundary cut tensors, Comm(b), live bytes, strictness and skip-block membership."""
-    n = len(g.nodes)
-    if n < 2:
-        raise StageError("the graph has fewer than 2 nodes: there is no boundary to cut")
-    consts = constant_tensors(g)
-    outputs = set(g.graph_outputs)
-    d_comm = np.zeros(n + 1)
-    d_cnt = np.zeros(n + 1, dtype=np.int64)
-    d_live = np.zeros(n + 1)
-    d_unknown = np.zeros(n + 1, dtype=np.int64)
-    d_inputs = np.zeros(n + 1, dtype=np.int64)
-    own = np.zeros(n, dtype=np.int64)          # crossing tensors produced by the cut node itself
-    starts: list[list[str]] = [[] for _ in range(n)]
-    ends: list[list[str]] = [[] for _ in range(n + 1)]
-    skips: list[tuple[int, int, str]] = []     # (first, last) boundary inside a skip block, tensor
-    max_span = max(skip_block_max_share * n, 4 * skip_block_min_span)   # small graphs keep their blocks
-    for t, p in g.producer.items():
-        if t in consts:
-            continue
-        cons = g.consumers.get(t, ())
-        last = max(cons) if cons else p
-        info = g.tensors.get(t)
-        nb = info.nbytes if info is not None else None
-        if last > p:
-            d_comm[p] += nb or 0
-            d_comm[last] -= nb or 0
-            d_cnt[p] += 1
-            d_cnt[last] -= 1
-            if nb is None:
-                d_unknown[p] += 1
-                d_unknown[last] -= 1
-            own[p] += 1
-            starts[p].append(t)
-            ends[last].append(t)
-            # a fork that rejoins downstream spans a skip/residual block p..last; a fork spanning more than
-            # max_share of the graph is a side input read everywhere (an attention mask), not a block
-            if len(set(cons)) >= 2 and skip_block_min_span <= last - p <= max_span:
-                skips.append((p + 1, last - 1, t))
-        live_end = n - 1 if t in outputs else last
-        if live_end > p:
-            d_live[p] += nb or 0
-            d_live[live_end] -= nb or 0
-    for t in g.graph_inputs:
-        cons = g.consumers.get(t, ())
-        if cons:
-            d_inputs[0] += 1
-            d_inputs[max(cons)] -= 1
-    nb_ = n - 1
-    comm = np.cumsum(d_comm)[:nb_]
-    cnt = np.cumsum(d_cnt)[:nb_]
-    live = np.cumsum(d_live)[:nb_]
-    # names, and which skip block (the longest open one) each boundary sits inside
-    names, inside = [], []
-    active: dict[str, None] = {}
-    skips.sort()
-    heap: list[tuple[int, int, int, str]] = []
-    k = 0
-    for b in range(nb_):
-        for t in ends[b]:
-            active.pop(t, None)
-        for t in starts[b]:
-            active[t] = None
-        shown = ";".join(islice(active, MAX_NAMES))
-        names.append(shown + (f";...(+{len(active) - MAX_NAMES})" if len(active) > MAX_NAMES else ""))
-        while k < len(skips) and skips[k][0] <= b:
-            first, last, t = skips[k]
-            heapq.heappush(heap, (-(last - first), last, first, t))
-            k += 1
-        while heap and heap[0][1] < b:     # the longest open block ended: drop it (lazy deletion)
-            heapq.heappop(heap)
-        inside.append(f"{heap[0][3]} spans nodes {heap[0][2] - 1}..{heap[0][1] + 1}" if heap else "")
-    df = pd.DataFrame({
-        "boundary": np.arange(nb_), "after_node": g.names[:nb_], "cut_tensors": names, "n_cut_tensors": cnt,
-        "comm_bytes": comm, "cut_unknown_size": np.cumsum(d_unknown)[:nb_], "live_bytes": live,
-        "right_graph_inputs": np.cumsum(d_inputs)[:nb_], "strict_ok": cnt == own[:nb_], "skip_block": inside,
-    })
-    df["peak_act_left_bytes"] = np.maximum.accumulate(live)
-    df["peak_act_right_bytes"] = np.maximum.accumulate(live[::-1])[::-1]
-    return df
+from .roofline import known_or_zero, node_bytes, roofline_time_us
 
 
 def device_times(metrics: pd.DataFrame, latency: np.ndarray | None, dev: dict) -> np.ndarray:
-    """Per-node time on one device (us): measured when asked for and available, else its roofline."""
+    """Per-node time on one device (us): measured when asked for and available, else its roofline
+    (lib/roofline.py's policy: a node of unknown bytes counts 0)."""
     if dev.get("source", "roofline") == "measured" and latency is not None:
         return np.nan_to_num(latency, nan=0.0)
-    flops = metrics["flops"].fillna(0.0).to_numpy(float)
-    nbytes = metrics[["act_in_bytes", "act_out_bytes", "weight_bytes"]].sum(axis=1).to_numpy(float)
-    return np.maximum(flops / float(dev["peak_flops_per_s"]), nbytes / float(dev["mem_bw_bytes_per_s"])) * 1e6
+    t = roofline_time_us(metrics["flops"].fillna(0.0), node_bytes(metrics), float(dev["peak_flops_per_s"]),
+                         float(dev["mem_bw_bytes_per_s"]))
+    return known_or_zero(t)[0]
 
 
 def add_costs(df: pd.DataFrame, metrics: pd.DataFrame, latency: np.ndarray | None, system: dict) -> pd.DataFrame:
     """FLOPs balance, measured latency left/right and the two-device + link model, all by prefix sums."""
     nb_ = len(df)
-    flops = metrics["flops"].fillna(0.0).to_numpy(float)
-    cf = np.cumsum(flops)
+    cf = np.cumsum(metrics["flops"].fillna(0.0).to_numpy(float))
     total = cf[-1]
     df["flops_left"] = cf[:nb_]
     df["flops_right"] = total - cf[:nb_]
     df["compute_share_left"] = df["flops_left"] / total if total > 0 else np.nan
     df["imbalance"] = np.abs(df["flops_left"] - df["flops_right"]) / total if total > 0 else np.nan
-    if latency is not None:
-        cl = np.cumsum(np.nan_to_num(latency))
-        df["latency_left_us"] = cl[:nb_]
-        df["latency_right_us"] = cl[-1] - cl[:nb_]
-    else:
-        df["latency_left_us"] = np.nan
-        df["latency_right_us"] = np.nan
+    cl = np.cumsum(np.nan_to_num(latency)) if latency is not None else np.full(nb_ + 1, np.nan)
+    df["latency_left_us"] = cl[:nb_]
+    df["latency_right_us"] = cl[-1] - cl[:nb_]
     a, b, link = system["devices"]["A"], system["devices"]["B"], system["link"]
     ta = np.cumsum(device_times(metrics, latency, a))
     tb = np.cumsum(device_times(metrics, latency, b))
@@ -143,67 +48,91 @@ def add_costs(df: pd.DataFrame, metrics: pd.DataFrame, latency: np.ndarray | Non
     return df
 
 
-def prune_and_rank(df: pd.DataFrame, system: dict, feasibility: dict[int, str] | None = None) -> pd.DataFrame:
-    """Mark pruned boundaries with every reason that applies, score the rest, rank, suppress near-duplicates."""
-    r = system.get("ranking", {})
-    c = system.get("constraints", {}) or {}
-    reasons: list[list[str]] = [[] for _ in range(len(df))]
+class Reasons:
+    """Why each boundary is pruned: (rule code, text) pairs; the codes are what summaries count."""
 
-    def flag(mask, text):
+    def __init__(self, n: int):
+        self.items: list[list[tuple[str, str]]] = [[] for _ in range(n)]
+
+    def flag(self, mask, code: str, text) -> None:
         for i in np.flatnonzero(np.asarray(mask)):
-            reasons[i].append(text(i) if callable(text) else text)
+            self.items[i].append((code, text(i) if callable(text) else text))
 
-    share = float(r.get("min_compute_share", 0.0))
-    left = df["compute_share_left"].to_numpy()
-    flag((left < share) | (1 - left < share), lambda i: f"compute share {min(left[i], 1 - left[i]):.1%} < {share:.0%} on one side")
-    flag(df["skip_block"] != "", lambda i: f"inside skip block ({df['skip_block'].iat[i]})")
-    if r.get("strict"):
-        flag(~df["strict_ok"], "strict: right part needs activations produced before the cut node")
+    def codes(self) -> list[str]:
+        return [";".join(c for c, _ in r) for r in self.items]
+
+    def texts(self) -> list[str]:
+        return ["; ".join(t for _, t in r) for r in self.items]
+
+
+def _constraint_rules(df: pd.DataFrame, system: dict, reasons: Reasons) -> None:
+    c = system.get("constraints", {}) or {}
     for key, col, unit in (("max_latency_us", "est_latency_us", "us"), ("max_energy_j", "est_energy_j", "J"),
                            ("max_peak_act_left_bytes", "peak_act_left_bytes", "B"),
                            ("max_peak_act_right_bytes", "peak_act_right_bytes", "B")):
         lim = c.get(key)
         if lim is not None:
             v = df[col].to_numpy()
-            flag(v > float(lim), lambda i, v=v, col=col, lim=lim, unit=unit: f"{col} {v[i]:.4g} {unit} > {float(lim):.4g}")
+            reasons.flag(v > float(lim), key, lambda i, v=v, col=col, lim=lim, unit=unit:
+                         f"{col} {v[i]:.4g} {unit} > {float(lim):.4g}")
     if c.get("rate_hz"):
         need = df["comm_bytes"].to_numpy() * float(c["rate_hz"])
         bw = float(system["link"]["bandwidth_bytes_per_s"])
-        flag(need > bw, lambda i: f"needs {need[i]:.3g} B/s at {c['rate_hz']} Hz > link {bw:.3g} B/s")
+        reasons.flag(need > bw, "rate_hz", lambda i: f"needs {need[i]:.3g} B/s at {c['rate_hz']} Hz > link {bw:.3g} B/s")
+
+
+def prune_and_rank(df: pd.DataFrame, system: dict, feasibility: dict[int, str] | None = None) -> pd.DataFrame:
+    """Mark pruned boundaries with every reason that applies, score the rest, rank, suppress near-duplicates."""
+    r = system.get("ranking", {})
+    reasons = Reasons(len(df))
+    share = float(r.get("min_compute_share", 0.0))
+    left = df["compute_share_left"].to_numpy()
+    reasons.flag((left < share) | (1 - left < share), "compute_share",
+                 lambda i: f"compute share {min(left[i], 1 - left[i]):.1%} < {share:.0%} on one side")
+    reasons.flag(df["skip_block"] != "", "skip_block", lambda i: f"inside skip block ({df['skip_block'].iat[i]})")
+    if r.get("strict"):
+        reasons.flag(~df["strict_ok"], "strict", "strict: right part needs activations produced before the cut node")
+    _constraint_rules(df, system, reasons)
     for b, why in (feasibility or {}).items():
         if 0 <= b < len(df):
-            reasons[b].append(why)
+            reasons.items[b].append(("hailo", why))
     df["score"] = score(df, r.get("weights", {}))
     key = {"comm": "comm_bytes", "score": "score", "latency": "est_latency_us"}.get(r.get("by", "score"))
     if key is None:
         raise StageError(f"ranking.by must be comm, score or latency, not {r.get('by')!r}")
-    order = np.lexsort((df["boundary"].to_numpy(), df[key].to_numpy()))
-    window = int(r.get("dedup_window", 0))
+    df["rank"] = _rank(df, np.lexsort((df["boundary"].to_numpy(), df[key].to_numpy())), int(r.get("dedup_window", 0)),
+                       reasons)
+    df["pruned"] = [bool(x) for x in reasons.items]
+    df["reason"] = reasons.texts()
+    df["pruned_by"] = reasons.codes()
+    return df
+
+
+def _rank(df: pd.DataFrame, order: np.ndarray, window: int, reasons: Reasons) -> np.ndarray:
+    """Ranks 1.. in `order` over unpruned boundaries; one within `window` positions of a better one is pruned
+    as its near-duplicate."""
     best_near = np.full(len(df), -1)
     rank = np.full(len(df), np.nan)
     k = 0
     for i in order:
-        if reasons[i]:
+        if reasons.items[i]:
             continue
         if best_near[i] >= 0:
-            reasons[i].append(f"near-duplicate of boundary {best_near[i]} (window {window})")
+            reasons.items[i].append(("near_duplicate", f"near-duplicate of boundary {best_near[i]} (window {window})"))
             continue
         k += 1
         rank[i] = k
         lo, hi = max(0, i - window), min(len(df), i + window + 1)
         sl = best_near[lo:hi]
         sl[sl < 0] = i
-    df["pruned"] = [bool(x) for x in reasons]
-    df["reason"] = ["; ".join(x) for x in reasons]
-    df["rank"] = rank
-    return df
+    return rank
 
 
 def feasibility_reasons(path, arch: str) -> dict[int, str]:
     """Boundaries whose partition the Hailo check (stage 10) rejected for `arch` -> the pruning reason."""
     if not os.path.exists(path):
         raise StageError(f"--feasibility {path} not found: run 10_hailo_parse.py first")
-    df = pd.read_csv(path, keep_default_na=False)
+    df = pd.read_csv(path, keep_default_na=False, dtype=str)
     missing = {"boundary", "arch", "status", "source", "op", "node"} - set(df.columns)
     if missing:
         raise StageError(f"--feasibility {path} lacks columns {sorted(missing)}: re-run 10_hailo_parse.py")
@@ -276,3 +205,33 @@ def latex_table(top: pd.DataFrame, model: str) -> str:
                      f"{r['est_latency_us'] / 1e3:.2f} & {r['est_energy_j'] * 1e3:.2f} \\\\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
     return "\n".join(lines)
+
+
+def choose_boundaries(bd: pd.DataFrame, boundaries: list[int] | None, top_k: int) -> list[int]:
+    """The boundaries a user asked for (checked), else the top-k ranked ones (08 and 10 share this)."""
+    if boundaries:
+        bad = [b for b in boundaries if not 0 <= b < len(bd)]
+        if bad:
+            raise StageError(f"--boundary {bad} out of range: the model has boundaries 0..{len(bd) - 1}")
+        return list(dict.fromkeys(boundaries))
+    return [int(b) for b in bd[bd["rank"].notna()].sort_values("rank")["boundary"].head(top_k)]
+
+
+def ranking_overrides(system: dict, **flags) -> dict:
+    """system.yaml with the ranking keys a stage's flags override (None = keep)."""
+    system = copy.deepcopy(system)
+    rk = system.setdefault("ranking", {})
+    rk.update({k: v for k, v in flags.items() if v is not None and v is not False})
+    if not 0 <= float(rk.get("min_compute_share", 0)) <= 0.5:
+        raise StageError("min compute share must lie in 0..0.5")
+    return system
+
+
+def pruning_summary(df: pd.DataFrame, rules: dict) -> dict:
+    """candidate_pruning.json: counts per rule code and every pruned boundary with its reasons."""
+    pruned = df[df["pruned"]]
+    codes = pruned["pruned_by"].str.split(";").explode()
+    return {"rules": rules, "boundaries": int(len(df)), "pruned": int(len(pruned)),
+            "by_rule": {str(k): int(v) for k, v in codes.value_counts().items()},
+            "candidates": [{"boundary": int(r.boundary), "after_node": r.after_node, "rules": r.pruned_by.split(";"),
+                            "reasons": r.reason.split("; ")} for r in pruned.itertuples()]}

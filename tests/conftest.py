@@ -39,6 +39,13 @@ def run_stage(script, *args, cwd=REPO):
                           capture_output=True, text=True, timeout=600)
 
 
+def costs(model, rdir, *args):
+    """Stages 02 and 03 (roofline only) on a model: what 04-10 need first."""
+    for stage, extra in (("02_shapes_flops_bytes.py", ["--model", model, *args]), ("03_merge_profile_metrics.py", [])):
+        r = run_stage(stage, *extra, "--results", rdir)
+        assert r.returncode == 0, f"{stage}: {r.stderr}"
+
+
 def small_cnn(path):
     """Conv -> BN -> Relu -> Conv -> Add(skip) -> Relu -> GlobalAveragePool -> Flatten -> Gemm."""
     nodes = [

@@ -10,12 +10,12 @@ import onnx
 import pandas as pd
 import pytest
 
-from conftest import run_stage, small_cnn
+from conftest import costs, run_stage, small_cnn
 
 
 def pipeline(model, rdir, *args08):
-    for stage, extra in (("02_shapes_flops_bytes.py", []), ("07_split_candidates.py", []),
-                         ("08_export_splits.py", ["--runs", "1", *args08])):
+    costs(model, rdir)
+    for stage, extra in (("07_split_candidates.py", []), ("08_export_splits.py", ["--runs", "1", *args08])):
         r = run_stage(stage, "--model", model, "--results", rdir, *extra)
         assert r.returncode == 0, f"{stage}: {r.stderr[-3000:]}"
     return json.loads((rdir / "validation_report.json").read_text())
@@ -98,9 +98,9 @@ def test_external_data_model_splits_and_validates(tmp_path):
 
 
 def test_diagram_backends(tmp_path):
-    from lib.graph import build_graph, infer_shapes
+    from lib.loading import graph_of
     from lib.split_diagram import dot_source, render
-    g = build_graph(infer_shapes(small_cnn(None)))
+    g = graph_of(small_cnn(None))
     src = dot_source(g, 2, ["r1"], 1)
     assert "cluster_left" in src and "cluster_right" in src and 'label="r1"' in src and "color=\"red\"" in src
     files = render(g, 2, ["r1"], tmp_path / "mpl", 2, "matplotlib")
@@ -116,6 +116,7 @@ def test_benchmark_set_and_bad_input(tmp_path):
     model = tmp_path / "cnn.onnx"
     small_cnn(model)
     rdir = tmp_path / "r"
+    costs(model, rdir)
     r = run_stage("08_export_splits.py", "--model", model, "--results", rdir)
     assert r.returncode == 2 and "run 07_split_candidates.py first" in r.stderr and "Traceback" not in r.stderr
     pipeline(model, rdir, "--boundary", "2", "--diagram", "none")

@@ -7,7 +7,7 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import REPO, bert_style, run_stage, small_cnn
+from conftest import REPO, bert_style, costs, run_stage, small_cnn
 
 FAKE = REPO / "tests" / "fake_hailo"
 
@@ -33,7 +33,7 @@ def prepared(tmp_path):
     model = tmp_path / "cnn.onnx"
     small_cnn(model)
     rdir = tmp_path / "r"
-    assert run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", rdir).returncode == 0
+    costs(model, rdir)
     r = run_stage("07_split_candidates.py", "--model", model, "--results", rdir, "--min-compute-share", "0",
                   "--dedup-window", "0", "--skip-span", "100")
     assert r.returncode == 0, r.stderr
@@ -115,8 +115,8 @@ def test_provisioning_checks(env):
 def test_static_fallback_names_unsupported_ops(env, tv_models):
     # resnet50: every op of its right parts is in the table
     model, rdir = tv_models("resnet50"), env / "rn"
-    for stage in ("02_shapes_flops_bytes.py", "07_split_candidates.py"):
-        assert run_stage(stage, "--model", model, "--results", rdir).returncode == 0
+    costs(model, rdir)
+    assert run_stage("07_split_candidates.py", "--model", model, "--results", rdir).returncode == 0
     r = run_stage("10_hailo_parse.py", "--model", model, "--results", rdir, "--top-k", "3")
     assert r.returncode == 0, r.stderr
     assert "the compiler was not run" in r.stdout
@@ -124,7 +124,7 @@ def test_static_fallback_names_unsupported_ops(env, tv_models):
     assert (df["source"] == "static").all() and (df["status"] == "ok").all() and len(df) == 6
     # BERT-style: the embedding Gather everywhere; LayerNormalization and Erf on hailo8 only
     model, rdir = bert_style(env / "bert.onnx"), env / "bert"
-    assert run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", rdir).returncode == 0
+    costs(model, rdir)
     assert run_stage("07_split_candidates.py", "--model", model, "--results", rdir).returncode == 0
     r = run_stage("10_hailo_parse.py", "--model", model, "--results", rdir, "--boundary", "80", "--side", "left")
     assert r.returncode == 0, r.stderr
@@ -135,6 +135,7 @@ def test_static_fallback_names_unsupported_ops(env, tv_models):
 def test_bad_input(env):
     model = env / "cnn.onnx"
     small_cnn(model)
+    costs(model, env / "none")
     r = run_stage("10_hailo_parse.py", "--model", model, "--results", env / "none")
     assert r.returncode == 2 and r.stderr.startswith("error:") and "run 07_split_candidates.py first" in r.stderr
     model, rdir = prepared(env)

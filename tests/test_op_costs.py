@@ -5,13 +5,14 @@ import pytest
 from onnx import TensorProto, helper
 
 from conftest import make_model, tensor, weight
-from lib.graph import build_graph, fix_input_shapes, infer_shapes
+from lib.inputs import InputSpec, parse_shape_overrides, resolve_input_shapes
+from lib.loading import graph_of
 from lib.metrics import node_metrics
 
 
 def metrics(nodes, inputs, outputs, inits=()):
     m = make_model(nodes, inputs, outputs, inits)
-    g = build_graph(infer_shapes(m))
+    g = graph_of(m)
     return node_metrics(g).set_index("node")
 
 
@@ -117,27 +118,27 @@ def test_unknown_op_is_flagged_not_zero():
              helper.make_node("Frobnicate", ["r"], ["y"], name="mystery", domain="com.example")]
     m = make_model(nodes, [tensor("x", [1, 4])], [tensor("y", [1, 4])])
     m.opset_import.append(helper.make_opsetid("com.example", 1))
-    df = node_metrics(build_graph(infer_shapes(m))).set_index("node")
+    df = node_metrics(graph_of(m)).set_index("node")
     assert not df.loc["mystery", "cost_known"]
     assert math.isnan(df.loc["mystery", "flops"]) and math.isnan(df.loc["mystery", "macs"])
     assert df.loc["relu", "cost_known"] and df.loc["relu", "flops"] == 4
 
 
 def test_symbolic_batch_override():
-    from lib.graph import parse_shape_overrides, resolve_input_shapes
     node = helper.make_node("Relu", ["x"], ["y"], name="relu")
     m = make_model([node], [tensor("x", ["batch", 8])], [tensor("y", None)])
-    assert resolve_input_shapes(m, {}, {"batch": 2}) == {"x": [2, 8]}
-    shapes = resolve_input_shapes(m, parse_shape_overrides(["x=4x8"]), {"batch": 2})   # override wins
-    fix_input_shapes(m, shapes)
-    df = node_metrics(build_graph(infer_shapes(m)))
+    wl = {"symbolic_dims": {"batch": 2}}
+    assert resolve_input_shapes(m, InputSpec(workload=wl)) == {"x": [2, 8]}
+    spec = InputSpec(parse_shape_overrides(["x=4x8"]), workload=wl)    # override wins
+    assert resolve_input_shapes(m, spec) == {"x": [4, 8]}
+    df = node_metrics(graph_of(m, spec))
     assert df.loc[0, "flops"] == 32 and df.loc[0, "act_out_bytes"] == 128
 
 
 def test_non_topological_file_order_is_sorted():
     nodes = [helper.make_node("Relu", ["a"], ["y"], name="second"),
              helper.make_node("Neg", ["x"], ["a"], name="first")]
-    g = build_graph(infer_shapes(make_model(nodes, [tensor("x", [3])], [tensor("y", None)])))
+    g = graph_of(make_model(nodes, [tensor("x", [3])], [tensor("y", None)]))
     assert g.names == ["first", "second"] and not g.file_order
     assert g.preds(1) == [0]
 

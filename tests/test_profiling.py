@@ -3,16 +3,17 @@ import numpy as np
 import pytest
 
 from conftest import small_cnn
-from lib.graph import build_graph, infer_shapes
-from lib.profiling import latency_table, profile_model, random_inputs
+from lib.inputs import InputSpec, make_feeds
+from lib.loading import graph_of
+from lib.profiling import latency_table, profile_model
 
 
 @pytest.mark.parametrize("level", ["all", "disable"])
 def test_every_kernel_lands_on_an_original_node(tmp_path, level):
     path = tmp_path / "cnn.onnx"
     model = small_cnn(path)
-    g = build_graph(infer_shapes(model))
-    feeds = random_inputs(model, {"x": [1, 3, 32, 32]}, seed=0)
+    g = graph_of(model)
+    feeds = make_feeds(model, {"x": [1, 3, 32, 32]}, InputSpec(seed=0))
     prof = profile_model(str(path), feeds, runs=3, warmup=1, opt_level=level, progress=False)
     df, s = latency_table(g, prof)
     assert s["kernel_time_coverage"] >= 0.99
@@ -33,6 +34,6 @@ def test_random_inputs_follow_dtypes_and_seed():
     from conftest import make_model, tensor
     m = make_model([helper.make_node("Identity", ["ids"], ["y"], name="id")],
                    [tensor("ids", [2, 5], TensorProto.INT64)], [tensor("y", None, TensorProto.INT64)])
-    a = random_inputs(m, {"ids": [2, 5]}, seed=3)["ids"]
-    b = random_inputs(m, {"ids": [2, 5]}, seed=3)["ids"]
+    a = make_feeds(m, {"ids": [2, 5]}, InputSpec(seed=3))["ids"]
+    b = make_feeds(m, {"ids": [2, 5]}, InputSpec(seed=3))["ids"]
     assert a.dtype == np.int64 and a.shape == (2, 5) and np.array_equal(a, b)

@@ -9,7 +9,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import make_model, run_stage, tensor
-from lib.graph import build_graph, infer_shapes
+from lib.graph import build_graph
+from lib.inputs import InputSpec
+from lib.loading import graph_of
 from lib.metrics import node_metrics
 
 
@@ -17,9 +19,9 @@ def scalar(name, value, dtype=np.float32):
     return numpy_helper.from_array(np.array(value, dtype=dtype), name)
 
 
-def metrics(nodes, inputs, outputs, inits=(), opset=17):
+def metrics(nodes, inputs, outputs, inits=(), opset=17, feeds=None):
     m = make_model(nodes, inputs, outputs, inits, opset=opset)
-    return node_metrics(build_graph(infer_shapes(m))).set_index("node")
+    return node_metrics(graph_of(m, InputSpec(arrays=feeds))).set_index("node")
 
 
 def test_quantized_and_integer_ops():
@@ -45,7 +47,7 @@ def test_quantized_and_integer_ops():
     assert df["cost_known"].all()
 
 
-def loop_model(trip_from_input: bool):
+def loop_model(trip_from_input: bool, feeds=None):
     body = helper.make_graph(
         [helper.make_node("Add", ["x_in", "x_in"], ["x_out"], name="body_add"),
          helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond")],
@@ -54,19 +56,25 @@ def loop_model(trip_from_input: bool):
     nodes = [helper.make_node("Loop", ["M", "", "x"], ["y"], name="loop", body=body)]
     inputs = [tensor("x", [4])] + ([tensor("M", [], TensorProto.INT64)] if trip_from_input else [])
     inits = [] if trip_from_input else [scalar("M", 5, np.int64)]
-    return metrics(nodes, inputs, [tensor("y", [4])], inits)
+    return metrics(nodes, inputs, [tensor("y", [4])], inits, feeds=feeds)
 
 
 def test_loop_and_if_bodies_are_counted():
     assert loop_model(False).loc["loop", "flops"] == 5 * 4          # 5 iterations of a 4-element Add
-    unknown = loop_model(True).loc["loop"]                            # trip count known only at run time
-    assert not unknown["cost_known"] and np.isnan(unknown["flops"])
+    x = np.ones(4, np.float32)
+    ran = loop_model(True, {"x": x, "M": np.array(3, np.int64)}).loc["loop"]   # trip count from the inputs
+    assert ran["cost_known"] and ran["flops"] == 3 * 4 and ran["cost_note"] == "3 iterations"
     then = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["t"], name="t_mul")], "then", [], [tensor("t", [4])])
     other = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["e1"], name="e_mul"),
                                helper.make_node("Add", ["e1", "x"], ["e"], name="e_add")], "else", [], [tensor("e", [4])])
-    df = metrics([helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
-                 [tensor("c", [], TensorProto.BOOL), tensor("x", [4])], [tensor("y", [4])])
-    assert df.loc["if", "flops"] == 8                                 # the dearer branch, an upper bound
+    if_args = ([helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
+               [tensor("c", [], TensorProto.BOOL), tensor("x", [4])], [tensor("y", [4])])
+    for cond, flops, note in ((True, 4, "then_branch taken"), (False, 8, "else_branch taken")):
+        df = metrics(*if_args, feeds={"c": np.array(cond), "x": x})   # the branch these inputs take
+        assert df.loc["if", "flops"] == flops and df.loc["if", "cost_note"] == note
+    unknown = build_graph(onnx.shape_inference.infer_shapes(make_model(*if_args)))   # condition never seen
+    row = node_metrics(unknown).set_index("node").loc["if"]
+    assert row["flops"] == 8 and row["cost_note"].startswith("upper bound")          # the dearer branch
     g = build_graph(make_model([helper.make_node("Relu", ["x"], ["x2"], name="pre"),
                                 helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
                                [tensor("c", [], TensorProto.BOOL), tensor("x", [4])], [tensor("y", [4])]))
@@ -93,7 +101,8 @@ def test_llm_preset(tmp_path):
                [tensor("ids", ["batch_size", "sequence_length"], TensorProto.INT64)], [tensor("y", None)], path=model)
     r = run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path, "--preset", "llm-512")
     assert r.returncode == 0, r.stderr
-    assert json.loads((tmp_path / "metrics_meta.json").read_text())["input_shapes"] == {"ids": [1, 512]}
+    meta = json.loads((tmp_path / "metrics_meta.json").read_text())
+    assert meta["identity"]["inputs"]["input_shapes"] == {"ids": [1, 512]}
     r = run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path, "--preset", "nope")
     assert r.returncode == 2 and "unknown --preset nope" in r.stderr
 

@@ -1,0 +1,101 @@
+"""The front door of every stage that reads a model: read (no weights' bytes), validate, fix the input shapes,
+infer every shape, index. Stage 02 does it once and saves the inferred graph (graph.onnx, weights stripped);
+the later stages (04, 05, 07, 08, 10) load that instead of inferring again, after checking that it belongs to
+the model and input spec they were given."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from .artifacts import atomic_path
+from .errors import StageError
+from .graph import Graph, build_graph
+from .inputs import InputSpec, fix_input_shapes, make_feeds, resolve_input_shapes
+from .onnx_io import LightModel, read_light
+from .provenance import Results, identity
+from .shapes import Inferred, infer, load_full
+from .validate import validate
+
+GRAPH_FILE = "graph.onnx"
+
+
+@dataclass
+class Analysis:
+    graph: Graph
+    shapes: dict[str, list[int]]
+    light: LightModel
+    spec: InputSpec
+    inferred: Inferred | None = None
+
+    @property
+    def identity(self) -> dict:
+        return identity(self.light, self.spec.describe(self.shapes))
+
+    def feeds(self):
+        return make_feeds(self.light.model, self.shapes, self.spec)
+
+
+def read_validated(path) -> LightModel:
+    light = read_light(path)
+    validate(light.model)
+    return light
+
+
+def prepare(path, spec: InputSpec) -> Analysis:
+    """Load, validate, fix input shapes (overrides > preset > workload > the file's own), infer, index."""
+    light = read_validated(path)
+    shapes = resolve_input_shapes(light.model, spec)
+    fix_input_shapes(light.model, shapes)
+    inf = infer(light.model, lambda: load_full(light.path), lambda: make_feeds(light.model, shapes, spec))
+    return Analysis(_indexed(inf), shapes, light, spec, inf)
+
+
+def _indexed(inf: Inferred) -> Graph:
+    g = build_graph(inf.model)
+    g.shape_source = inf.source
+    g.values.update(inf.values)
+    return g
+
+
+def graph_of(model: onnx.ModelProto, spec: InputSpec | None = None) -> Graph:
+    """The analysed Graph of an in-memory model (weights included): tests, micro-benchmarks."""
+    validate(model)
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    spec = spec or InputSpec()
+    shapes = resolve_input_shapes(light, spec)
+    fix_input_shapes(light, shapes)
+    return _indexed(infer(light, lambda: light, lambda: make_feeds(light, shapes, spec)))
+
+
+def save_graph(an: Analysis, rdir: Path, run_id: str) -> None:
+    """The inferred graph, weights stripped, tagged with the run of stage 02 that made it."""
+    m = an.inferred.model
+    del m.metadata_props[:]
+    m.metadata_props.add(key="nn-perf:run_id", value=run_id)
+    with atomic_path(Path(rdir) / GRAPH_FILE) as tmp:
+        tmp.write_bytes(m.SerializeToString())
+
+
+def analysed(rdir: Path, model_path, spec: InputSpec | None = None) -> tuple[Analysis, Results]:
+    """Stage 02's inferred graph of `model_path`, checked to belong to it (and to `spec` when given)."""
+    res = Results(rdir)
+    light = read_validated(model_path)
+    meta = res.meta("metrics_meta.json")
+    recorded = meta["identity"]["inputs"]
+    if spec is not None and spec.explicit():
+        res.require("metrics_meta.json", light=light, inputs=spec.describe(resolve_input_shapes(light.model, spec)))
+    else:
+        res.require("metrics_meta.json", light=light)
+        spec = (spec or InputSpec()).inherit(recorded)
+    path = Path(rdir) / GRAPH_FILE
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001
+        raise StageError(f"{path} is missing or unreadable: re-run 02_shapes_flops_bytes.py") from None
+    tag = {p.key: p.value for p in model.metadata_props}.get("nn-perf:run_id")
+    if tag != meta["run_id"]:
+        raise StageError(f"{path} is not from the last run of 02_shapes_flops_bytes.py: re-run it")
+    return Analysis(build_graph(model), recorded["input_shapes"], light, spec), res

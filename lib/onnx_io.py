@@ -1,0 +1,210 @@
+"""Read an ONNX model's graph without its weights' bytes, and identify it by a hash of that graph.
+
+The stages that only analyse the graph (02, 04, 07, 10) never need the weights' payloads, only each
+tensor's name, type and dims. A pass over the protobuf wire format, over a memory map of the file, copies
+every field except the payload of large tensors (initializers, Constant attributes, in subgraphs too), so
+peak memory follows the graph's size, not the file's. A stripped tensor keeps its dims and type and is
+marked as external data at the location STRIPPED, with the payload's length and offset in the file.
+Small tensors (shape constants, scalars) keep their data: shape arithmetic needs their values.
+
+The graph hash is the SHA-256 of the stripped bytes: it changes with the graph (nodes, attributes, shapes,
+small constants, weight names and dims), not with the weights' values.
+"""
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from .errors import StageError
+
+STRIPPED = "<nn-perf: stripped inline data>"
+KEEP_BYTES = 64 * 1024          # tensors up to this size keep their data
+BIG_MESSAGE = 4 * 1024          # nodes / attributes smaller than this cannot hold a tensor worth stripping
+PAYLOAD_FIELDS = {3, 4, 5, 6, 7, 9, 10, 11}   # TensorProto: segment, *_data, raw_data
+
+
+@dataclass
+class LightModel:
+    model: onnx.ModelProto       # weights' payloads stripped (see STRIPPED)
+    path: Path
+    graph_sha256: str
+    file_bytes: int
+
+
+def _varint(buf, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("malformed varint")
+
+
+def _encode_varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _fields(buf, start: int, end: int):
+    """(field number, wire type, field start, value start, value end) of each field of a message."""
+    pos = start
+    while pos < end:
+        fstart = pos
+        key, pos = _varint(buf, pos)
+        fnum, wt = key >> 3, key & 7
+        if wt == 0:
+            _, vend = _varint(buf, pos)
+            yield fnum, wt, fstart, pos, vend
+            pos = vend
+        elif wt == 2:
+            ln, vstart = _varint(buf, pos)
+            pos = vstart + ln
+            if pos > end:
+                raise ValueError("field runs past its message")
+            yield fnum, wt, fstart, vstart, pos
+        elif wt == 1:
+            pos += 8
+            yield fnum, wt, fstart, pos - 8, pos
+        elif wt == 5:
+            pos += 4
+            yield fnum, wt, fstart, pos - 4, pos
+        else:
+            raise ValueError(f"wire type {wt}")
+    if pos != end:
+        raise ValueError("message runs past its end")
+
+
+def _field(fnum: int, payload: bytes) -> bytes:
+    return _encode_varint(fnum << 3 | 2) + _encode_varint(len(payload)) + payload
+
+
+def _rewrite(buf, start: int, end: int, rules: dict) -> bytes | None:
+    """The message with fields whose number has a rule rewritten (rule(vstart, vend) -> new bytes or None to
+    keep); None when nothing changed, so the caller copies the original bytes."""
+    out, run, changed = [], start, False
+    for fnum, wt, fstart, vstart, vend in _fields(buf, start, end):
+        rule = rules.get(fnum) if wt == 2 else None
+        new = rule(vstart, vend) if rule else None
+        if new is not None:
+            out.append(buf[run:fstart])
+            out.append(_field(fnum, new))
+            run, changed = vend, True
+    if not changed:
+        return None
+    out.append(buf[run:end])
+    return b"".join(bytes(x) for x in out)
+
+
+class _Stripper:
+    def __init__(self, buf):
+        self.buf = buf
+
+    def tensor(self, s: int, e: int) -> bytes | None:
+        if e - s <= KEEP_BYTES:
+            return None
+        kept, payload_at, payload_len = [], None, 0
+        for fnum, wt, fstart, vstart, vend in _fields(self.buf, s, e):
+            if fnum in PAYLOAD_FIELDS:
+                if fnum == 9:
+                    payload_at = vstart
+                payload_len += vend - vstart
+            elif fnum not in (13, 14):
+                kept.append(bytes(self.buf[fstart:vend]))
+        ext = [("location", STRIPPED), ("length", str(payload_len))]
+        if payload_at is not None:
+            ext.append(("offset", str(payload_at)))
+        entries = b"".join(_field(13, _field(1, k.encode()) + _field(2, v.encode())) for k, v in ext)
+        return b"".join(kept) + entries + _encode_varint(14 << 3) + _encode_varint(1)
+
+    def graph(self, s: int, e: int) -> bytes | None:
+        return _rewrite(self.buf, s, e, {1: self.node, 5: self.tensor})
+
+    def node(self, s: int, e: int) -> bytes | None:
+        return None if e - s <= BIG_MESSAGE else _rewrite(self.buf, s, e, {5: self.attribute})
+
+    def attribute(self, s: int, e: int) -> bytes | None:
+        if e - s <= BIG_MESSAGE:
+            return None
+        return _rewrite(self.buf, s, e, {5: self.tensor, 6: self.graph, 10: self.tensor, 11: self.graph})
+
+    def model(self, s: int, e: int) -> bytes:
+        return _rewrite(self.buf, s, e, {7: self.graph}) or bytes(self.buf[s:e])
+
+
+def read_light(path: str | Path) -> LightModel:
+    """The model's graph with large tensors' payloads stripped; StageError for a missing or unreadable file."""
+    path = Path(path)
+    if not path.exists():
+        raise StageError(f"model file {path} not found")
+    if path.is_dir():
+        raise StageError(f"{path} is a folder, not an ONNX model file")
+    size = path.stat().st_size
+    if size == 0:
+        raise StageError(f"{path} is empty (not an ONNX model)")
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            data = _Stripper(buf).model(0, size)
+        model = onnx.ModelProto.FromString(data)
+    except Exception as e:  # noqa: BLE001 - malformed bytes raise many types (IndexError, DecodeError ...)
+        raise StageError(f"{path} is not a readable ONNX model (corrupt or truncated?): {type(e).__name__}") from None
+    if not model.HasField("graph") or not model.graph.node:
+        raise StageError(f"{path} holds no graph nodes (corrupt, truncated or not an ONNX model)")
+    check_external_data(model, path)
+    return LightModel(model, path, hashlib.sha256(data).hexdigest(), size)
+
+
+def _tensors(graph: onnx.GraphProto):
+    """Every TensorProto of a graph: initializers and Constant/attribute tensors, in subgraphs too."""
+    yield from graph.initializer
+    for n in graph.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from _tensors(a.g)
+            for sub in a.graphs:
+                yield from _tensors(sub)
+
+
+def check_external_data(model: onnx.ModelProto, path: Path) -> None:
+    """Refuse, before any read, external data that would resolve outside the model's folder (absolute paths,
+    '..', symlinks pointing out): a model file must not make us read /etc/passwd."""
+    base = path.resolve().parent
+    for t in _tensors(model.graph):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        loc = next((e.value for e in t.external_data if e.key == "location"), None)
+        if loc == STRIPPED:
+            continue
+        if not loc:
+            raise StageError(f"{path}: tensor {t.name!r} is external data without a location")
+        target = Path(os.path.normpath(base / loc))
+        if Path(loc).is_absolute() or not (target == base or base in target.parents):
+            raise StageError(f"{path}: tensor {t.name!r} points at external data outside the model's folder ({loc!r})")
+        if target.exists() and base not in target.resolve().parents:
+            raise StageError(f"{path}: external data {loc!r} of tensor {t.name!r} is a link to outside the model's folder")
+
+
+def stripped_bytes(t: onnx.TensorProto) -> int | None:
+    """The payload size a stripped tensor had in the file (None when the tensor was not stripped)."""
+    if t.data_location != onnx.TensorProto.EXTERNAL:
+        return None
+    ext = {e.key: e.value for e in t.external_data}
+    return int(ext["length"]) if ext.get("location") == STRIPPED and "length" in ext else None

@@ -1,0 +1,97 @@
+"""Results always belong to the model and the inputs that made them.
+
+Every stage's meta file records its identity (the model's path and graph hash, lib/onnx_io.py; the resolved
+input shapes and the --inputs-npz hash, lib/inputs.py), a run id, and the run ids of the artifacts it was
+made from. A stage that combines artifacts calls require(): they must share one identity, match the model
+and inputs it was given, and none may be older than what it was made from. Any mismatch is one StageError
+that names both sides and the command that fixes it.
+"""
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from .artifacts import PRODUCER, read_json
+from .errors import StageError
+
+
+def identity(light, inputs: dict | None) -> dict:
+    """light: lib.onnx_io.LightModel; inputs: InputSpec.describe(shapes), or None for stages without inputs."""
+    return {"model": {"path": str(Path(light.path).resolve()), "graph_sha256": light.graph_sha256},
+            "inputs": inputs}
+
+
+def stamp(meta: dict, ident: dict, upstream: dict[str, dict] | None = None) -> dict:
+    """meta + run id, identity and the run ids of the metas it was made from."""
+    return {"run_id": uuid.uuid4().hex, "identity": ident,
+            "upstream": {name: m["run_id"] for name, m in (upstream or {}).items()}, **meta}
+
+
+def _who(ident: dict) -> str:
+    m = ident["model"]
+    return f"{m['path']} (graph {m['graph_sha256'][:12]})"
+
+
+def _inputs(ident: dict) -> str:
+    inp = ident.get("inputs") or {}
+    shapes = " ".join(f"{k}={'x'.join(map(str, v))}" for k, v in (inp.get("input_shapes") or {}).items())
+    npz = inp.get("inputs_npz")
+    return shapes + (f" from {npz['path']}" if npz else "")
+
+
+def same_inputs(a: dict | None, b: dict | None) -> bool:
+    if not a or not b:
+        return True          # a stage without inputs (03, 04, 05) inherits them
+    npz = lambda x: (x.get("inputs_npz") or {}).get("sha256")  # noqa: E731
+    return a.get("input_shapes") == b.get("input_shapes") and npz(a) == npz(b)
+
+
+class Results:
+    """A results folder's meta files, read once."""
+
+    def __init__(self, rdir: Path):
+        self.rdir = Path(rdir)
+        self._metas: dict[str, dict] = {}
+
+    def meta(self, name: str) -> dict:
+        if name not in self._metas:
+            m = read_json(self.rdir, name)
+            if "identity" not in m or "run_id" not in m:
+                raise StageError(f"{self.rdir / name} comes from an older version of this tool: "
+                                 f"re-run {PRODUCER.get(name, 'its stage')}")
+            self._metas[name] = m
+        return self._metas[name]
+
+    def has(self, name: str) -> bool:
+        return (self.rdir / name).exists()
+
+    def require(self, *names: str, light=None, inputs: dict | None = None) -> dict[str, dict]:
+        """The metas, checked to belong together (and to `light` / `inputs` when given)."""
+        metas = {n: self.meta(n) for n in names}
+        first_name, first = next(iter(metas.items()))
+        for name, m in metas.items():
+            a, b = first["identity"], m["identity"]
+            if a["model"]["graph_sha256"] != b["model"]["graph_sha256"]:
+                raise StageError(f"{self.rdir / first_name} belongs to {_who(a)} but {name} to {_who(b)}: "
+                                 f"re-run the stages on one model (make all MODEL=...)")
+            if not same_inputs(a.get("inputs"), b.get("inputs")):
+                raise StageError(f"{self.rdir / first_name} was made for inputs {_inputs(a)} but {name} for "
+                                 f"{_inputs(b)}: re-run {PRODUCER.get(name, 'its stage')} with the same input spec "
+                                 f"(make all does this)")
+            for up, run_id in m.get("upstream", {}).items():
+                if self.has(up) and self.meta(up)["run_id"] != run_id:
+                    raise StageError(f"{self.rdir / name} was made from an earlier run of {PRODUCER.get(up, up)}: "
+                                     f"re-run {PRODUCER.get(name, 'its stage')} (make all does this)")
+        ident = first["identity"]
+        if light is not None and light.graph_sha256 != ident["model"]["graph_sha256"]:
+            raise StageError(f"{self.rdir} holds results of {_who(ident)}, not of {Path(light.path).resolve()} "
+                             f"(graph {light.graph_sha256[:12]}): run 02 and the stages after it on this model "
+                             f"(make all MODEL=...), or give --results DIR")
+        if inputs is not None and not same_inputs(ident.get("inputs"), inputs):
+            raise StageError(f"{self.rdir / first_name} was made for inputs {_inputs(ident)}, this run asks for "
+                             f"{_inputs({'inputs': inputs})}: re-run 02 (and 01) with this input spec first "
+                             f"(make all does this)")
+        return metas
+
+    def identity(self, *names: str) -> dict:
+        return self.require(*names)[names[0]]["identity"]
