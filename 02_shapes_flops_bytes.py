@@ -10,9 +10,10 @@ stripped) that stages 04-10 reuse, and metrics_meta.json (totals, model identity
 from lib import cli
 from lib.artifacts import versions, write_csv, write_json
 from lib.errors import StageError
+from lib.graph import constant_tensors
 from lib.inputs import InputSpec
 from lib.loading import prepare, save_graph
-from lib.metrics import node_metrics, summarize
+from lib.metrics import kv_cache, node_metrics, summarize
 from lib.provenance import stamp
 from lib.units import fmt_bytes, fmt_count
 
@@ -23,6 +24,9 @@ def report(path, shapes, s, note) -> None:
           f"= {fmt_count(2 * s['conv_gemm_matmul_macs'])}FLOP")
     print(f"  FLOPs, all known ops:     {fmt_count(s['total_flops'])}FLOP")
     print(f"  weights {fmt_bytes(s['weight_bytes'])}, activations written {fmt_bytes(s['act_out_bytes'])}")
+    kv = s["kv_cache"]["inputs"]
+    if kv["tensors"]:
+        print(f"  KV cache read: {kv['tensors']} inputs ({kv['example']} ...), {fmt_bytes(kv['bytes'])}")
     print("  shapes from: " + ", ".join(f"{k} {v}" for k, v in s["shape_source"].items()))
     if note:
         print(f"  note: {note}")
@@ -43,14 +47,16 @@ def main(argv=None):
                    help="exit 2 when any op has no cost model (default: flag, count and list them)")
     a = cli.parse(p, argv)
     an = prepare(a.model, InputSpec.from_args(a))
-    df = node_metrics(an.graph)
+    consts = constant_tensors(an.graph)
+    df = node_metrics(an.graph, consts)
     s = summarize(df)
     if a.fail_on_unknown and s["unknown_cost_nodes"]:
         raise StageError(f"{s['unknown_cost_nodes']} nodes have ops of unknown cost: "
                          + ", ".join(f"{k} x{v}" for k, v in s["unknown_cost_ops"].items()))
+    s["kv_cache"] = kv_cache(an.graph)
     meta = stamp({"topological_order": "file" if an.graph.file_order else "kahn", "shape_note": an.inferred.executed_note,
                   **s, "versions": versions()}, an.identity)
-    save_graph(an, a.rdir, meta["run_id"])
+    save_graph(an, a.rdir, meta["run_id"], consts)
     write_csv(df, a.rdir / "ops_metrics.csv")
     write_json(meta, a.rdir / "metrics_meta.json")
     report(a.model, an.shapes, s, an.inferred.executed_note)

@@ -12,7 +12,7 @@ from lib import cli
 from lib.artifacts import read_csv, versions, write_csv, write_json
 from lib.dag import longest_path, stages, summary
 from lib.errors import StageError
-from lib.loading import analysed
+from lib.loading import analysed_arrays
 from lib.provenance import stamp
 from lib.roofline import known_or_zero
 
@@ -22,20 +22,20 @@ def main(argv=None):
     p.add_argument("--weight", choices=["auto", "measured", "roofline"], default="auto",
                    help="node weight: measured latency, roofline time, or auto = measured when 01 ran (default)")
     a = cli.parse(p, argv)
-    an, res = analysed(a.rdir, a.model)
+    arrays, res, _ = analysed_arrays(a.rdir, a.model)
     metas = res.require("merge_meta.json")
     prof = read_csv(a.rdir, "ops_profile.csv", ("node", "op_type", "latency_us", "t_roofline_us"))
-    g = an.graph
     measured = prof["latency_us"].notna().all()
     use = "measured" if (a.weight == "auto" and measured) or a.weight == "measured" else "roofline"
     if use == "measured" and not measured:
         raise StageError("no measured latency in ops_profile.csv: run 01_profile_onnx.py, then 03")
     col = "latency_us" if use == "measured" else "t_roofline_us"
     w, unknown = known_or_zero(prof[col])
-    preds = [g.preds(i) for i in range(len(g.nodes))]
+    preds = arrays.preds()
+    names = list(arrays.names)
     start, finish, path = longest_path(len(w), preds, w)
     s = summary(w, finish, stages(len(w), preds))
-    cp = pd.DataFrame({"order": np.arange(len(path)), "node": [g.names[i] for i in path],
+    cp = pd.DataFrame({"order": np.arange(len(path)), "node": [names[i] for i in path],
                        "op_type": [prof["op_type"].iat[i] for i in path], "layer": [prof["layer"].iat[i] for i in path],
                        "start_us": start[path], "finish_us": finish[path], "latency_us": w[path]})
     write_csv(cp, a.rdir / "critical_path.csv")

@@ -12,7 +12,7 @@ from lib.artifacts import CONFIGS, read_csv, versions, write_csv, write_json
 from lib.energy import amdahl_table, kernel_table, load_offload, node_energy
 from lib.errors import StageError
 from lib.host import load_host
-from lib.loading import analysed
+from lib.loading import analysed_arrays
 from lib.provenance import stamp
 
 
@@ -48,13 +48,12 @@ def main(argv=None):
     power = a.avg_power_w if a.avg_power_w is not None else float(host["avg_power_w"])
     if power <= 0:
         raise StageError("--avg-power-w must be positive")
-    an, res = analysed(a.rdir, a.model)
+    arrays, res, _ = analysed_arrays(a.rdir, a.model)
     metas = res.require("merge_meta.json")
     prof = read_csv(a.rdir, "ops_profile.csv", ("node", "op_type", "op_class", "flops", "latency_us", "bound", "fused_into"))
-    g = an.graph
     cls = list(prof["op_class"])
     energy = node_energy(prof, host, power)
-    kernels = kernel_table(energy, prof, [[cls[s] for s in g.succs(i)] for i in range(len(g.nodes))], off["criteria"])
+    kernels = kernel_table(energy, prof, [[cls[s] for s in ss] for ss in arrays.succs()], off["criteria"])
     t_total = float(prof["latency_us"].sum())
     amd = amdahl_table(kernels, off["speedup"], off["energy_gain"], t_total, float(energy["e_total_j"].sum()))
     write_csv(energy, a.rdir / "energy.csv")

@@ -3,7 +3,9 @@
 Boundary b cuts after node b of the topological order: the left part is nodes 0..b, the right part b+1..N-1.
 A tensor crosses b when its producer is at <= b and a consumer at > b. Only activations cross the link:
 constants (initializers, Constant outputs and whatever is computed from them alone) travel with the part
-that uses them, and original graph inputs are fed to either part directly.
+that uses them, and original graph inputs are fed to either part directly. Works on stage 02's GraphArrays:
+difference arrays and prefix sums in numpy; only the listed cut-tensor names and the skip block a boundary
+sits in need a pass over the boundaries.
 """
 from __future__ import annotations
 
@@ -14,87 +16,90 @@ import numpy as np
 import pandas as pd
 
 from .errors import StageError
-from .graph import Graph, constant_tensors
+from .graph import Graph, GraphArrays, constant_tensors, graph_arrays
 
 MAX_NAMES = 16  # cut tensor names listed per boundary (the count is always exact)
 
 
-def sweep(g: Graph, skip_block_min_span: int = 4, skip_block_max_share: float = 0.25) -> pd.DataFrame:
-    """Per-boundary cut tensors, Comm(b), live bytes, strictness and skip-block membership."""
-    n = len(g.nodes)
-    if n < 2:
-        raise StageError("the graph has fewer than 2 nodes: there is no boundary to cut")
-    consts = constant_tensors(g)
-    outputs = set(g.graph_outputs)
-    d_comm = np.zeros(n + 1)
-    d_cnt = np.zeros(n + 1, dtype=np.int64)
-    d_live = np.zeros(n + 1)
-    d_unknown = np.zeros(n + 1, dtype=np.int64)
-    d_inputs = np.zeros(n + 1, dtype=np.int64)
-    own = np.zeros(n, dtype=np.int64)          # crossing tensors produced by the cut node itself
-    starts: list[list[str]] = [[] for _ in range(n)]
-    ends: list[list[str]] = [[] for _ in range(n + 1)]
-    skips: list[tuple[int, int, str]] = []     # (first, last) boundary inside a skip block, tensor
-    max_span = max(skip_block_max_share * n, 4 * skip_block_min_span)   # small graphs keep their blocks
-    for t, p in g.producer.items():
-        if t in consts:
-            continue
-        cons = g.consumers.get(t, ())
-        last = max(cons) if cons else p
-        info = g.tensors.get(t)
-        nb = info.nbytes if info is not None else None
-        if last > p:
-            d_comm[p] += nb or 0
-            d_comm[last] -= nb or 0
-            d_cnt[p] += 1
-            d_cnt[last] -= 1
-            if nb is None:
-                d_unknown[p] += 1
-                d_unknown[last] -= 1
-            own[p] += 1
-            starts[p].append(t)
-            ends[last].append(t)
-            # a fork that rejoins downstream spans a skip/residual block p..last; a fork spanning more than
-            # max_share of the graph is a side input read everywhere (an attention mask), not a block
-            if len(set(cons)) >= 2 and skip_block_min_span <= last - p <= max_span:
-                skips.append((p + 1, last - 1, t))
-        live_end = n - 1 if t in outputs else last
-        if live_end > p:
-            d_live[p] += nb or 0
-            d_live[live_end] -= nb or 0
-    for t in g.graph_inputs:
-        cons = g.consumers.get(t, ())
-        if cons:
-            d_inputs[0] += 1
-            d_inputs[max(cons)] -= 1
-    nb_ = n - 1
-    comm = np.cumsum(d_comm)[:nb_]
-    cnt = np.cumsum(d_cnt)[:nb_]
-    live = np.cumsum(d_live)[:nb_]
-    # names, and which skip block (the longest open one) each boundary sits inside
+def _diff(n: int, start: np.ndarray, end: np.ndarray, weight=None) -> np.ndarray:
+    """Prefix sums of +w at start and -w at end: the total over intervals [start, end) covering each b."""
+    d = np.zeros(n + 1)
+    w = np.ones(len(start)) if weight is None else weight
+    np.add.at(d, start, w)
+    np.add.at(d, end, -w)
+    return np.cumsum(d)[: n - 1]
+
+
+def _open_lists(n: int, first: np.ndarray, last: np.ndarray):
+    """Per boundary, the indices of the intervals that open and close there."""
+    opens: list[list[int]] = [[] for _ in range(n + 1)]
+    closes: list[list[int]] = [[] for _ in range(n + 1)]
+    for k, (a, b) in enumerate(zip(first.tolist(), last.tolist())):
+        opens[a].append(k)
+        closes[b].append(k)
+    return opens, closes
+
+
+def _names_and_blocks(n, a: GraphArrays, cross, prod, last, skips) -> tuple[list[str], list[str]]:
+    """The first MAX_NAMES cut tensors at each boundary, and the longest skip block it sits inside."""
+    idx = np.flatnonzero(cross)
+    opens, closes = _open_lists(n, prod[idx], last[idx])
+    t_names = a.t_names[idx].tolist()
     names, inside = [], []
-    active: dict[str, None] = {}
+    active: dict[int, None] = {}
     skips.sort()
     heap: list[tuple[int, int, int, str]] = []
     k = 0
-    for b in range(nb_):
-        for t in ends[b]:
-            active.pop(t, None)
-        for t in starts[b]:
-            active[t] = None
-        shown = ";".join(islice(active, MAX_NAMES))
+    for b in range(n - 1):
+        for j in closes[b]:
+            active.pop(j, None)
+        for j in opens[b]:
+            active[j] = None
+        shown = ";".join(t_names[j] for j in islice(active, MAX_NAMES))
         names.append(shown + (f";...(+{len(active) - MAX_NAMES})" if len(active) > MAX_NAMES else ""))
         while k < len(skips) and skips[k][0] <= b:
-            first, last, t = skips[k]
-            heapq.heappush(heap, (-(last - first), last, first, t))
+            first, lst, t = skips[k]
+            heapq.heappush(heap, (-(lst - first), lst, first, t))
             k += 1
         while heap and heap[0][1] < b:     # the longest open block ended: drop it (lazy deletion)
             heapq.heappop(heap)
         inside.append(f"{heap[0][3]} spans nodes {heap[0][2] - 1}..{heap[0][1] + 1}" if heap else "")
+    return names, inside
+
+
+def sweep(a: GraphArrays | Graph, skip_block_min_span: int = 4, skip_block_max_share: float = 0.25) -> pd.DataFrame:
+    """Per-boundary cut tensors, Comm(b), live bytes, strictness and skip-block membership."""
+    if isinstance(a, Graph):
+        a = graph_arrays(a, constant_tensors(a))
+    n = len(a.names)
+    if n < 2:
+        raise StageError("the graph has fewer than 2 nodes: there is no boundary to cut")
+    prod = a.t_prod
+    ncons = np.diff(a.cons_ptr)
+    last = np.where(ncons > 0, a.cons[np.maximum(a.cons_ptr[1:] - 1, 0)] if len(a.cons) else prod, prod)
+    nb = np.nan_to_num(a.t_nbytes)
+    act = (prod >= 0) & ~a.t_const
+    cross = act & (last > prod)
+    c = np.flatnonzero(cross)
+    cnt = _diff(n, prod[c], last[c])
+    own = np.bincount(prod[c], minlength=n)
+    # a fork that rejoins downstream spans a skip/residual block p..last; a fork spanning more than max_share of
+    # the graph is a side input read everywhere (an attention mask), not a block (small graphs keep theirs)
+    max_span = max(skip_block_max_share * n, 4 * skip_block_min_span)
+    span = last - prod
+    sk = np.flatnonzero(cross & (ncons >= 2) & (span >= skip_block_min_span) & (span <= max_span))
+    skips = list(zip((prod[sk] + 1).tolist(), (last[sk] - 1).tolist(), a.t_names[sk].tolist()))
+    live_end = np.where(a.t_output, n - 1, last)
+    lv = np.flatnonzero(act & (live_end > prod))
+    live = _diff(n, prod[lv], live_end[lv], nb[lv])
+    gi = np.flatnonzero((prod < 0) & (ncons > 0))
+    names, inside = _names_and_blocks(n, a, cross, prod, last, skips)
     df = pd.DataFrame({
-        "boundary": np.arange(nb_), "after_node": g.names[:nb_], "cut_tensors": names, "n_cut_tensors": cnt,
-        "comm_bytes": comm, "cut_unknown_size": np.cumsum(d_unknown)[:nb_], "live_bytes": live,
-        "right_graph_inputs": np.cumsum(d_inputs)[:nb_], "strict_ok": cnt == own[:nb_], "skip_block": inside,
+        "boundary": np.arange(n - 1), "after_node": a.names[: n - 1], "cut_tensors": names,
+        "n_cut_tensors": cnt.astype(np.int64), "comm_bytes": _diff(n, prod[c], last[c], nb[c]),
+        "cut_unknown_size": _diff(n, prod[c], last[c], np.isnan(a.t_nbytes[c]).astype(float)).astype(np.int64),
+        "live_bytes": live, "right_graph_inputs": _diff(n, np.zeros(len(gi), dtype=np.int64), last[gi]).astype(np.int64),
+        "strict_ok": cnt == own[: n - 1], "skip_block": inside,
     })
     df["peak_act_left_bytes"] = np.maximum.accumulate(live)
     df["peak_act_right_bytes"] = np.maximum.accumulate(live[::-1])[::-1]

@@ -5,9 +5,11 @@ lib/shapes.py (input shapes, inference with data propagation and its fallbacks).
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 import onnx
@@ -30,6 +32,7 @@ def load_model(path) -> onnx.ModelProto:
     return read_light(path).model
 
 
+@functools.cache
 def elem_size(elem_type: int) -> int | None:
     """Bytes per element of an ONNX element type (None for strings, sub-byte and unknown types)."""
     if elem_type in (TensorProto.STRING, TensorProto.UNDEFINED) or elem_type in SUB_BYTE:
@@ -40,6 +43,7 @@ def elem_size(elem_type: int) -> int | None:
         return None
 
 
+@functools.cache
 def dtype_name(elem_type: int) -> str:
     try:
         return TensorProto.DataType.Name(elem_type).lower()
@@ -47,24 +51,64 @@ def dtype_name(elem_type: int) -> str:
         return "unknown"
 
 
-@dataclass
 class TensorInfo:
-    shape: list[int] | None      # None when unknown; every dim >= 0 (lib/validate.py refuses the rest)
-    elem_type: int
+    """A tensor's element type and shape (None when unknown; every dim >= 0), and its exact size in bytes
+    (Python ints never wrap; None when the shape or the element size is unknown)."""
+    __slots__ = ("shape", "elem_type", "nbytes")
+
+    def __init__(self, shape: list[int] | None, elem_type: int):
+        self.shape, self.elem_type = shape, elem_type
+        self.nbytes = None if shape is None else _nbytes(math.prod(shape), elem_type)
 
     @property
     def numel(self) -> int | None:
-        return None if self.shape is None else math.prod(self.shape)   # exact: Python ints never wrap
+        return None if self.shape is None else math.prod(self.shape)
+
+
+def _nbytes(n: int, elem_type: int) -> int | None:
+    if elem_type in SUB_BYTE:
+        return (n * SUB_BYTE[elem_type] + 7) // 8
+    size = elem_size(elem_type)
+    return None if size is None else n * size
+
+
+class NodeView:
+    """A node's fields as Python objects, read from the protobuf once: the cost formulas read them for every
+    node, and each protobuf field access costs microseconds. Duck-types NodeProto for what they use."""
+    __slots__ = ("proto", "op_type", "domain", "name", "input", "output")
+
+    def __init__(self, proto, op_type, domain, name, inputs, outputs):
+        self.proto, self.op_type, self.domain, self.name = proto, op_type, domain, name
+        self.input, self.output = inputs, outputs
 
     @property
-    def nbytes(self) -> int | None:
-        n = self.numel
-        if n is None:
-            return None
-        if self.elem_type in SUB_BYTE:
-            return (n * SUB_BYTE[self.elem_type] + 7) // 8
-        size = elem_size(self.elem_type)
-        return None if size is None else n * size
+    def attribute(self):
+        return self.proto.attribute
+
+    @property
+    def metadata_props(self):
+        return self.proto.metadata_props
+
+
+@dataclass
+class NodeTable:
+    """Every node's op type, domain, name, inputs and outputs (raw: "" marks an absent optional input)."""
+    protos: list
+    ops: list[str]
+    domains: list[str]
+    names: list[str]
+    inputs: list[list[str]]
+    outputs: list[list[str]]
+
+    @classmethod
+    def of(cls, graph: onnx.GraphProto) -> "NodeTable":
+        protos = list(graph.node)
+        return cls(protos, [n.op_type for n in protos], [n.domain for n in protos], [n.name for n in protos],
+                   [list(n.input) for n in protos], [list(n.output) for n in protos])
+
+    def views(self, order: list[int]) -> list[NodeView]:
+        return [NodeView(self.protos[i], self.ops[i], self.domains[i], self.names[i], self.inputs[i], self.outputs[i])
+                for i in order]
 
 
 @dataclass
@@ -81,16 +125,19 @@ class Graph:
     consumers: dict[str, list[int]] = field(default_factory=dict)
     file_order: bool = True                                      # the file's order was topological
     implicit: dict[int, list[str]] = field(default_factory=dict)  # outer tensors If/Loop/Scan bodies read
+    node_inputs: list[list[str]] = field(default_factory=list)    # per position: inputs incl. implicit, no ""
+    node_outputs: list[list[str]] = field(default_factory=list)   # per position: outputs, no ""
     values: dict[str, np.ndarray] = field(default_factory=dict)  # small tensors whose values are known
     loop_trips: dict[str, int] = field(default_factory=dict)     # Loop first output -> executed trip count
     shape_source: dict[str, str] = field(default_factory=dict)   # tensor -> where its shape came from
+    views: list[NodeView] = field(default_factory=list)          # per position: the node's fields, read once
 
     def inputs(self, i: int) -> list[str]:
-        return list(self.nodes[i].input) + self.implicit.get(i, [])
+        return self.node_inputs[i]
 
     def preds(self, i: int) -> list[int]:
         out = []
-        for t in self.inputs(i):
+        for t in self.node_inputs[i]:
             p = self.producer.get(t)
             if p is not None and p not in out:
                 out.append(p)
@@ -98,7 +145,7 @@ class Graph:
 
     def succs(self, i: int) -> list[int]:
         out = []
-        for t in self.nodes[i].output:
+        for t in self.node_outputs[i]:
             for c in self.consumers.get(t, ()):
                 if c not in out:
                     out.append(c)
@@ -118,17 +165,29 @@ def real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [i for i in model.graph.input if i.name not in inits]
 
 
+def tensor_info(vi) -> TensorInfo | None:
+    """A ValueInfoProto's type and shape (None for sequence/optional/map types). Fast path first: every
+    protobuf field access costs, and 200k-node graphs have 200k of these."""
+    t = vi.type
+    if not t.HasField("tensor_type"):
+        return None
+    tt = t.tensor_type
+    if not tt.HasField("shape"):
+        return TensorInfo(None, tt.elem_type)
+    dims = tt.shape.dim
+    shape = [d.dim_value for d in dims]
+    # a dim without a value (symbolic or unset) reads as 0 (or negative in Paddle exports): tell them apart
+    if shape and (min(shape) < 0 or 0 in shape and any(d.WhichOneof("value") != "dim_value" for d in dims)):
+        shape = None
+    return TensorInfo(shape, tt.elem_type)
+
+
 def _tensor_infos(g: onnx.GraphProto) -> dict[str, TensorInfo]:
     out: dict[str, TensorInfo] = {}
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        if not vi.type.HasField("tensor_type"):
-            continue
-        tt = vi.type.tensor_type
-        shape = None
-        if tt.HasField("shape"):
-            dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
-            shape = dims if all(d >= 0 for d in dims) else None
-        out[vi.name] = TensorInfo(shape, tt.elem_type)
+    for vi in chain(g.input, g.value_info, g.output):
+        info = tensor_info(vi)
+        if info is not None:
+            out[vi.name] = info
     for t in g.initializer:
         out[t.name] = TensorInfo(list(t.dims), t.data_type)
     for n in g.node:  # Constant outputs: shape from the attribute, even when inference left them out
@@ -140,10 +199,17 @@ def _tensor_infos(g: onnx.GraphProto) -> dict[str, TensorInfo]:
 
 
 def _unique_names(nodes) -> list[str]:
+    """The node ids of a node list (protos or views), as build_graph assigns them."""
+    nodes = list(nodes)
+    return unique_names([n.name for n in nodes], [n.op_type for n in nodes])
+
+
+def unique_names(raw: list[str], ops: list[str]) -> list[str]:
+    """Node name, or op type + file index when unnamed; a repeated name gets __<index>."""
     seen: set[str] = set()
     names = []
-    for idx, n in enumerate(nodes):
-        name = n.name or f"{n.op_type}_{idx}"
+    for idx, (name, op) in enumerate(zip(raw, ops)):
+        name = name or f"{op}_{idx}"
         if name in seen:
             name = f"{name}__{idx}"
         seen.add(name)
@@ -151,33 +217,33 @@ def _unique_names(nodes) -> list[str]:
     return names
 
 
-def _topological(nodes, available: set[str], implicit: dict[int, list[str]]) -> tuple[list[int], bool]:
-    """The file order when it is valid, else a stable Kahn order (lowest file index first)."""
-    produced_by: dict[str, int] = {}
-    for i, n in enumerate(nodes):
-        for o in n.output:
-            if o:
-                produced_by[o] = i
-    reads = [[t for t in list(n.input) + implicit.get(i, []) if t] for i, n in enumerate(nodes)]
+def _topological(ins: list[list[str]], outs: list[list[str]], available: set[str], names: list[str]
+                 ) -> tuple[list[int], bool]:
+    """The file order when it is valid, else a stable Kahn order (lowest file index first). ins include the
+    implicit inputs of control-flow bodies."""
+    produced_by = {o: i for i, os_ in enumerate(outs) for o in os_ if o}
     have = set(available)
     ok = True
-    for i, n in enumerate(nodes):
-        if any(t not in have and t in produced_by for t in reads[i]):
-            ok = False
+    for i, is_ in enumerate(ins):
+        for t in is_:
+            if t not in have and t in produced_by:
+                ok = False
+                break
+        if not ok:
             break
-        have.update(o for o in n.output if o)
+        have.update(outs[i])
     if ok:
-        return list(range(len(nodes))), True
-    indeg = [0] * len(nodes)
-    succ: list[list[int]] = [[] for _ in nodes]
-    for i in range(len(nodes)):
-        preds = {produced_by[t] for t in reads[i] if t in produced_by}
+        return list(range(len(ins))), True
+    indeg = [0] * len(ins)
+    succ: list[list[int]] = [[] for _ in ins]
+    for i, is_ in enumerate(ins):
+        preds = {produced_by[t] for t in is_ if t in produced_by}
         if i in preds:
-            raise StageError(f"node {nodes[i].name or nodes[i].op_type!r} reads its own output: the graph has a cycle")
+            raise StageError(f"node {names[i]!r} reads its own output: the graph has a cycle")
         indeg[i] = len(preds)
         for p in preds:
             succ[p].append(i)
-    heap = [i for i in range(len(nodes)) if indeg[i] == 0]
+    heap = [i for i in range(len(ins)) if indeg[i] == 0]
     heapq.heapify(heap)
     order = []
     while heap:
@@ -187,10 +253,9 @@ def _topological(nodes, available: set[str], implicit: dict[int, list[str]]) -> 
             indeg[s] -= 1
             if indeg[s] == 0:
                 heapq.heappush(heap, s)
-    if len(order) != len(nodes):
-        stuck = next(i for i in range(len(nodes)) if indeg[i] > 0)
-        raise StageError(f"the graph has a cycle through node {nodes[stuck].name or nodes[stuck].op_type!r}: "
-                         f"not a valid ONNX DAG")
+    if len(order) != len(ins):
+        stuck = next(i for i in range(len(ins)) if indeg[i] > 0)
+        raise StageError(f"the graph has a cycle through node {names[stuck]!r}: not a valid ONNX DAG")
     return order, False
 
 
@@ -227,35 +292,42 @@ def subgraph_view(body: onnx.GraphProto, outer: Graph) -> Graph:
     m = onnx.ModelProto()
     m.graph.CopyFrom(body)
     sub = build_graph(m, outer_scope=set(outer.tensors) | set(outer.producer))
-    sub.tensors = {**outer.tensors, **sub.tensors}
+    # the enclosing graph may know body tensors better (shapes found by inlining the branch taken)
+    sub.tensors = {**outer.tensors, **{t: i for t, i in sub.tensors.items() if i.shape is not None or t not in outer.tensors}}
     sub.values = {**outer.values, **sub.values}
     return sub
 
 
-def build_graph(model: onnx.ModelProto, outer_scope: set[str] = frozenset()) -> Graph:
+def build_graph(model: onnx.ModelProto, outer_scope: set[str] = frozenset(),
+                tensors: dict[str, TensorInfo] | None = None, table: NodeTable | None = None) -> Graph:
+    """Index a graph in O(nodes + edges); `tensors` and `table` when the caller already read them."""
     g = model.graph
+    table = table or NodeTable.of(g)
     inits = initializer_names(g)
-    implicit_all = {i: outer_reads(n) for i, n in enumerate(g.node) if n.op_type in CONTROL_FLOW}
-    order, file_order = _topological(list(g.node), inits | {i.name for i in g.input} | set(outer_scope), implicit_all)
-    nodes = [g.node[i] for i in order]
-    all_names = _unique_names(g.node)
-    names = [all_names[i] for i in order]
+    implicit_all = {i: outer_reads(table.protos[i]) for i, op in enumerate(table.ops) if op in CONTROL_FLOW}
+    ins = [[t for t in is_ if t] for is_ in table.inputs]
+    for i, extra in implicit_all.items():
+        ins[i] = ins[i] + extra
+    outs = [[o for o in os_ if o] for os_ in table.outputs]
+    names = unique_names(table.names, table.ops)
+    order, file_order = _topological(ins, outs, inits | {i.name for i in g.input} | set(outer_scope), names)
+    if not file_order:
+        names, ins, outs = [names[i] for i in order], [ins[i] for i in order], [outs[i] for i in order]
     implicit = {pos: implicit_all[i] for pos, i in enumerate(order) if implicit_all.get(i)}
-    producer: dict[str, int] = {}
+    producer = {o: pos for pos, os_ in enumerate(outs) for o in os_}
     consumers: dict[str, list[int]] = {}
-    for pos, n in enumerate(nodes):
-        for o in n.output:
-            if o:
-                producer[o] = pos
-        for t in n.input:
-            if t:
-                consumers.setdefault(t, []).append(pos)
-        for t in implicit.get(pos, ()):
-            consumers.setdefault(t, []).append(pos)
-    return Graph(model=model, nodes=nodes, names=names, tensors=_tensor_infos(g), initializers=inits,
+    for pos, is_ in enumerate(ins):
+        for t in is_:
+            c = consumers.get(t)
+            if c is None:
+                consumers[t] = [pos]
+            elif c[-1] != pos:
+                c.append(pos)
+    return Graph(model=model, nodes=[table.protos[i] for i in order], names=names,
+                 tensors=tensors if tensors is not None else _tensor_infos(g), initializers=inits,
                  graph_inputs=[i.name for i in g.input if i.name not in inits], graph_outputs=[o.name for o in g.output],
                  producer=producer, consumers=consumers, file_order=file_order, implicit=implicit,
-                 values=_small_values(g))
+                 values=_small_values(g), node_inputs=ins, node_outputs=outs, views=table.views(order))
 
 
 def constant_tensors(g: Graph) -> set[str]:
@@ -263,10 +335,10 @@ def constant_tensors(g: Graph) -> set[str]:
     DequantizeLinear, Reshape, ConstantOfShape, Expand, Tile ...): weights that travel with the part that uses
     them, never link traffic."""
     const = set(g.initializers)
-    for n in g.nodes:  # topological order: a node's inputs are decided before its outputs
-        ins = [t for t in n.input if t]
-        if n.op_type not in RANDOM_OPS and n.op_type not in CONTROL_FLOW and all(t in const for t in ins):
-            const.update(o for o in n.output if o)
+    skip = RANDOM_OPS | CONTROL_FLOW
+    for n, ins, outs in zip(g.nodes, g.node_inputs, g.node_outputs):  # topological: inputs decided first
+        if all(t in const for t in ins) and n.op_type not in skip:
+            const.update(outs)
     return const
 
 
@@ -274,9 +346,66 @@ def shape_tensors(g: Graph, consts: set[str]) -> set[str]:
     """Outputs of shape arithmetic: Shape/Size results and whatever is computed from them (with constants)
     alone, e.g. Shape -> Gather -> Unsqueeze -> Concat feeding a Reshape. Zero FLOPs, marked as shape ops."""
     shp: set[str] = set()
-    for n in g.nodes:
-        ins = [t for t in n.input if t]
+    for n, ins, outs in zip(g.nodes, g.node_inputs, g.node_outputs):
         if n.op_type in ("Shape", "Size") or (ins and any(t in shp for t in ins)
                                                and all(t in shp or t in consts for t in ins)):
-            shp.update(o for o in n.output if o)
+            shp.update(outs)
     return shp
+
+
+@dataclass
+class GraphArrays:
+    """The graph's structure as arrays (stage 02 saves it as graph.npz): what stages 04, 05 and 07 need,
+    loaded in milliseconds instead of parsing and indexing the model again. Tensors are the node outputs and
+    the graph inputs; positions are the topological order."""
+    names: np.ndarray          # node ids
+    t_names: np.ndarray        # tensor names
+    t_prod: np.ndarray         # producing node position, -1 for a graph input
+    t_nbytes: np.ndarray       # bytes, NaN when unknown
+    t_const: np.ndarray        # computable from constants alone (a weight: never link traffic)
+    t_output: np.ndarray       # a graph output
+    cons_ptr: np.ndarray       # CSR: consumers of tensor k are cons[cons_ptr[k]:cons_ptr[k+1]] (sorted, distinct)
+    cons: np.ndarray
+    in_ptr: np.ndarray         # CSR: tensors node i reads are in_t[in_ptr[i]:in_ptr[i+1]] (incl. implicit)
+    in_t: np.ndarray
+
+    def preds(self) -> list[list[int]]:
+        prod = self.t_prod[self.in_t]
+        out = []
+        for i in range(len(self.names)):
+            ps = prod[self.in_ptr[i]:self.in_ptr[i + 1]]
+            out.append(list(dict.fromkeys(int(p) for p in ps if p >= 0)))
+        return out
+
+    def succs(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in range(len(self.names))]
+        for i, ps in enumerate(self.preds()):
+            for p in ps:
+                out[p].append(i)
+        return out
+
+    def save(self, path) -> None:
+        np.savez(path, **{k: getattr(self, k) for k in self.__dataclass_fields__})
+
+    @classmethod
+    def load(cls, path) -> "GraphArrays":
+        with np.load(path, allow_pickle=False) as d:
+            return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
+def graph_arrays(g: Graph, consts: set[str]) -> GraphArrays:
+    t_names = list(g.graph_inputs) + [o for outs in g.node_outputs for o in outs]
+    tid = {t: k for k, t in enumerate(t_names)}
+    prod = np.array([-1] * len(g.graph_inputs) + [g.producer[t] for t in t_names[len(g.graph_inputs):]], dtype=np.int64)
+    nb = np.array([np.nan if (i := g.tensors.get(t)) is None or i.nbytes is None else float(i.nbytes) for t in t_names])
+    cons_lists = [g.consumers.get(t, []) for t in t_names]
+    in_lists = [[tid[t] for t in ins if t in tid] for ins in g.node_inputs]
+    outputs = set(g.graph_outputs)
+    return GraphArrays(
+        names=np.array(g.names, dtype=str), t_names=np.array(t_names, dtype=str), t_prod=prod, t_nbytes=nb,
+        t_const=np.array([t in consts for t in t_names], dtype=bool),
+        t_output=np.array([t in outputs for t in t_names], dtype=bool),
+        cons_ptr=np.cumsum([0] + [len(c) for c in cons_lists], dtype=np.int64),
+        cons=np.array([c for cs in cons_lists for c in cs], dtype=np.int64),
+        in_ptr=np.cumsum([0] + [len(x) for x in in_lists], dtype=np.int64),
+        in_t=np.array([t for xs in in_lists for t in xs], dtype=np.int64))

@@ -11,7 +11,7 @@ import onnx
 
 from .artifacts import atomic_path
 from .errors import StageError
-from .graph import Graph, build_graph
+from .graph import CONTROL_FLOW, Graph, GraphArrays, NodeTable, build_graph, graph_arrays
 from .inputs import InputSpec, fix_input_shapes, make_feeds, resolve_input_shapes
 from .onnx_io import LightModel, read_light
 from .provenance import Results, identity
@@ -19,6 +19,7 @@ from .shapes import Inferred, infer, load_full
 from .validate import validate
 
 GRAPH_FILE = "graph.onnx"
+ARRAYS_FILE = "graph.npz"
 
 
 @dataclass
@@ -37,23 +38,29 @@ class Analysis:
         return make_feeds(self.light.model, self.shapes, self.spec)
 
 
-def read_validated(path) -> LightModel:
+def read_validated(path, table: bool = False):
+    """The light model, validated (and its NodeTable, read once, when asked)."""
     light = read_light(path)
-    validate(light.model)
-    return light
+    nodes = NodeTable.of(light.model.graph)
+    validate(light.model, nodes)
+    return (light, nodes) if table else light
 
 
 def prepare(path, spec: InputSpec) -> Analysis:
     """Load, validate, fix input shapes (overrides > preset > workload > the file's own), infer, index."""
-    light = read_validated(path)
+    light, nodes = read_validated(path, table=True)
     shapes = resolve_input_shapes(light.model, spec)
     fix_input_shapes(light.model, shapes)
     inf = infer(light.model, lambda: load_full(light.path), lambda: make_feeds(light.model, shapes, spec))
-    return Analysis(_indexed(inf), shapes, light, spec, inf)
+    return Analysis(_indexed(inf, nodes), shapes, light, spec, inf)
 
 
-def _indexed(inf: Inferred) -> Graph:
-    g = build_graph(inf.model)
+def _indexed(inf: Inferred, nodes: NodeTable | None = None) -> Graph:
+    """The Graph of the inferred model; its nodes are the same as the light model's (inference adds value_info
+    only), except control-flow bodies, whose inferred value_info the costs need."""
+    if nodes is not None and any(op in CONTROL_FLOW for op in nodes.ops):
+        nodes = None
+    g = build_graph(inf.model, tensors=inf.tensors, table=nodes)
     g.shape_source = inf.source
     g.values.update(inf.values)
     return g
@@ -70,26 +77,51 @@ def graph_of(model: onnx.ModelProto, spec: InputSpec | None = None) -> Graph:
     return _indexed(infer(light, lambda: light, lambda: make_feeds(light, shapes, spec)))
 
 
-def save_graph(an: Analysis, rdir: Path, run_id: str) -> None:
-    """The inferred graph, weights stripped, tagged with the run of stage 02 that made it."""
+def save_graph(an: Analysis, rdir: Path, run_id: str, consts: set[str]) -> None:
+    """The inferred graph (weights stripped, tagged with the run of stage 02 that made it) for 08 and 10, and
+    its structure as arrays for 04, 05 and 07."""
     m = an.inferred.model
     del m.metadata_props[:]
     m.metadata_props.add(key="nn-perf:run_id", value=run_id)
     with atomic_path(Path(rdir) / GRAPH_FILE) as tmp:
         tmp.write_bytes(m.SerializeToString())
+    with atomic_path(Path(rdir) / ARRAYS_FILE) as tmp:
+        with open(tmp, "wb") as f:
+            graph_arrays(an.graph, consts).save(f)
+
+
+def checked(rdir: Path, model_path, spec: InputSpec | None = None) -> tuple[Results, InputSpec]:
+    """Stage 02's results, checked to belong to `model_path` and to `spec` (when the user gave one: else 02's
+    spec is inherited)."""
+    res = Results(rdir)
+    recorded = res.meta("metrics_meta.json")["identity"]["inputs"]
+    if spec is not None and spec.explicit():
+        light = read_light(model_path)
+        res.require("metrics_meta.json", light=light, inputs=spec.describe(resolve_input_shapes(light.model, spec)))
+        return res, spec
+    res.require("metrics_meta.json", light=model_path)
+    return res, (spec or InputSpec()).inherit(recorded)
+
+
+def analysed_arrays(rdir: Path, model_path, spec: InputSpec | None = None) -> tuple[GraphArrays, Results, InputSpec]:
+    """Stage 02's graph structure as arrays (graph.npz), checked to belong to the model and spec."""
+    res, spec = checked(rdir, model_path, spec)
+    path = Path(rdir) / ARRAYS_FILE
+    try:
+        arrays = GraphArrays.load(path)
+    except Exception:  # noqa: BLE001
+        raise StageError(f"{path} is missing or unreadable: re-run 02_shapes_flops_bytes.py") from None
+    if len(arrays.names) != res.meta("metrics_meta.json")["nodes"]:
+        raise StageError(f"{path} is not from the last run of 02_shapes_flops_bytes.py: re-run it")
+    return arrays, res, spec
 
 
 def analysed(rdir: Path, model_path, spec: InputSpec | None = None) -> tuple[Analysis, Results]:
-    """Stage 02's inferred graph of `model_path`, checked to belong to it (and to `spec` when given)."""
-    res = Results(rdir)
-    light = read_validated(model_path)
+    """Stage 02's inferred graph of `model_path` (graph.onnx), checked to belong to it (and to `spec`)."""
+    res, spec = checked(rdir, model_path, spec)
     meta = res.meta("metrics_meta.json")
     recorded = meta["identity"]["inputs"]
-    if spec is not None and spec.explicit():
-        res.require("metrics_meta.json", light=light, inputs=spec.describe(resolve_input_shapes(light.model, spec)))
-    else:
-        res.require("metrics_meta.json", light=light)
-        spec = (spec or InputSpec()).inherit(recorded)
+    light = read_validated(model_path)
     path = Path(rdir) / GRAPH_FILE
     try:
         model = onnx.load(str(path), load_external_data=False)

@@ -2,28 +2,28 @@
 from __future__ import annotations
 
 import ast
+import re
 
 import numpy as np
 import pandas as pd
 
 from .control_flow import cost_note
 from .graph import CONTROL_FLOW, Graph, constant_tensors, dtype_name, shape_tensors
-from .op_costs import SHAPE_OPS, lookup, node_cost, op_class, op_key
+from .op_costs import SHAPE_OPS, lookup, op_key
 
 METRIC_COLUMNS = ["node", "op_type", "topo_idx", "flops", "macs", "act_in_bytes", "act_out_bytes",
                   "weight_bytes", "dtype", "out_shapes", "cost_known", "shape_op", "op_class", "mac_dtype",
                   "shape_source", "cost_note", "layer"]
 
 
-def _bytes(g: Graph, names) -> int | None:
+def _bytes(tensors, names) -> int | None:
     """Sum of tensor bytes, None when a size is unknown."""
     total = 0
     for t in names:
-        info = g.tensors.get(t)
-        b = None if info is None else info.nbytes
-        if b is None:
+        info = tensors.get(t)
+        if info is None or info.nbytes is None:
             return None
-        total += b
+        total += info.nbytes
     return total
 
 
@@ -79,58 +79,90 @@ STORED_CHAIN = {"DequantizeLinear", "Identity", "Cast", "Reshape", "Transpose", 
                 "QuantizeLinear"}
 
 
-def node_metrics(g: Graph) -> pd.DataFrame:
-    consts = constant_tensors(g)
+def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
+    """One row per node (METRIC_COLUMNS), built as tuples: at 200k nodes every per-node operation counts."""
+    consts = constant_tensors(g) if consts is None else consts
     shp = shape_tensors(g, consts)
     stored, folded = stored_bytes(g, consts)
-    cols: dict[str, list] = {c: [] for c in METRIC_COLUMNS}
-    for pos, n in enumerate(g.nodes):
-        cost = node_cost(n, g)
-        outs = [t for t in n.output if t]
+    tensors, source = g.tensors, _sources(g, consts)
+    outputs = set(g.graph_outputs)      # an output no node reads is dead (never computed), not written bytes
+    layers = _layers(g)
+    rows = []
+    for pos, (n, ins, outs) in enumerate(zip(g.views, g.node_inputs, g.node_outputs)):
+        op = lookup(n)
+        cost = None if op is None else op.cost(n, g)
         if pos in folded:
             act_in, act_out, w = 0, 0, 0
         else:
-            act_in = _bytes(g, [t for t in list(n.input) + g.implicit.get(pos, []) if t and t not in consts])
-            act_out = _bytes(g, outs)
-            w = sum(stored.get(t, 0) for t in n.input if t and t in consts)
-        main = g.tensors.get(outs[0]) if outs else None
-        if n.op_type in ("QuantizeLinear", "Cast") or main is None:
-            main = (g.tensors.get(n.input[0]) if n.input else None) or main
-        infos = [g.tensors.get(t) for t in outs]
-        cols["node"].append(g.names[pos])
-        cols["op_type"].append(op_key(n))
-        cols["topo_idx"].append(pos)
-        cols["flops"].append(np.nan if cost is None else cost[0])
-        cols["macs"].append(np.nan if cost is None else cost[1])
-        cols["act_in_bytes"].append(np.nan if act_in is None else act_in)
-        cols["act_out_bytes"].append(np.nan if act_out is None else act_out)
-        cols["weight_bytes"].append(w)
-        cols["dtype"].append(dtype_name(main.elem_type) if main is not None else "unknown")
-        cols["out_shapes"].append(";".join("x".join(map(str, i.shape)) if i is not None and i.shape is not None
-                                           else "?" for i in infos))
-        cols["cost_known"].append(cost is not None)
-        cols["shape_op"].append(n.op_type in SHAPE_OPS or bool(outs) and all(o in shp for o in outs))
-        cols["op_class"].append(op_class(n, g))
-        # integer MACs stay MACs: the element type they are done in (the weight operand's)
-        cols["mac_dtype"].append(_mac_dtype(n, g) if cost is not None and cost[1] > 0 else "")
-        cols["shape_source"].append(_source(g, outs, consts))
-        cols["cost_note"].append(cost_note(n, g) if n.op_type in CONTROL_FLOW else "")
-        cols["layer"].append(layer_name(n))
-    return pd.DataFrame(cols, columns=METRIC_COLUMNS)
+            act_in = _bytes(tensors, [t for t in ins if t not in consts])
+            act_out = _bytes(tensors, [o for o in outs if o in g.consumers or o in outputs])
+            w = sum(stored.get(t, 0) for t in ins if t in consts)
+        main = tensors.get(outs[0]) if outs else None
+        if main is None or n.op_type in ("QuantizeLinear", "Cast"):
+            main = (tensors.get(n.input[0]) if n.input else None) or main
+        macs = np.nan if cost is None else cost[1]
+        rows.append((
+            g.names[pos], op_key(n), pos, np.nan if cost is None else cost[0], macs,
+            np.nan if act_in is None else act_in, np.nan if act_out is None else act_out, w,
+            dtype_name(main.elem_type) if main is not None else "unknown", _shapes_text(tensors, outs),
+            cost is not None, n.op_type in SHAPE_OPS or bool(outs) and all(o in shp for o in outs),
+            "other" if op is None else (op.op_class(n, g) if callable(op.op_class) else op.op_class),
+            # integer MACs stay MACs: the element type they are done in (the weight operand's)
+            _mac_dtype(n, g) if cost is not None and macs > 0 else "",
+            source[pos], cost_note(n, g) if n.op_type in CONTROL_FLOW else "", layers[pos]))
+    return pd.DataFrame.from_records(rows, columns=METRIC_COLUMNS)
 
 
-def _source(g: Graph, outs: list[str], consts: set[str]) -> str:
-    """Where the node's output shapes came from: the least direct method any output needed."""
-    order = ("executed", "values", "ort", "onnx")
-    if not outs:
-        return ""
-    if all(o in consts for o in outs):
-        return "constant"
-    seen = {g.shape_source.get(o, "unknown" if g.tensors.get(o) is None or g.tensors[o].shape is None else "onnx")
-            for o in outs}
-    if "unknown" in seen:
-        return "unknown"
-    return next(s for s in order if s in seen)
+def _layers(g: Graph) -> list[str]:
+    """layer_name per node; skipped when no node carries exporter metadata or a TorchScript path name."""
+    sample = g.views[:200]
+    if not any(len(v.metadata_props) or v.name.startswith("/") for v in sample):
+        return [""] * len(g.views)
+    return [layer_name(v) for v in g.views]
+
+
+def _shapes_text(tensors, outs) -> str:
+    parts = []
+    for t in outs:
+        info = tensors.get(t)
+        parts.append("?" if info is None or info.shape is None else "x".join(map(str, info.shape)))
+    return ";".join(parts)
+
+
+def _sources(g: Graph, consts: set[str]) -> list[str]:
+    """Where each node's output shapes came from: the least direct method any output needed (onnx, ort,
+    values, executed), constant for constant folding, unknown when a shape is missing."""
+    order = ("unknown", "executed", "values", "ort", "onnx")
+    src = g.shape_source
+    graph_outputs = set(g.graph_outputs)
+    out = []
+    for outs in g.node_outputs:
+        outs = [o for o in outs if o in g.consumers or o in graph_outputs] or outs   # dead outputs aside
+        if not outs:
+            out.append("")
+            continue
+        if all(o in consts for o in outs):
+            out.append("constant")
+            continue
+        seen = set()
+        for o in outs:
+            info = g.tensors.get(o)
+            seen.add("unknown" if info is None or info.shape is None else src.get(o, "onnx"))
+        out.append(next(s for s in order if s in seen))
+    return out
+
+
+KV_NAMES = re.compile(r"(past|present|cache|kv)", re.I)
+
+
+def kv_cache(g: Graph) -> dict:
+    """Graph inputs and outputs that carry a KV cache (past_key_values.* in, present.* out, as Hugging Face and
+    optimum name them), with their bytes: in a decode step they and the weights are what the memory moves."""
+    def side(names):
+        hits = [t for t in names if KV_NAMES.search(t) and g.tensors.get(t) is not None]
+        return {"tensors": len(hits), "bytes": int(sum(g.tensors[t].nbytes or 0 for t in hits)),
+                "example": hits[0] if hits else None}
+    return {"inputs": side(g.graph_inputs), "outputs": side(g.graph_outputs)}
 
 
 def summarize(df: pd.DataFrame) -> dict:

@@ -202,11 +202,13 @@ def einsum(node, g: Graph):
 
 # gates and gate arithmetic per hidden unit and step (README "Cost model"): LSTM 3 sigmoid + 2 tanh + 4
 # elementwise + 8 bias adds; GRU 2 sigmoid + 1 tanh + 5 elementwise + 6 bias adds; RNN 1 tanh + 2 bias adds
-RECURRENT = {"LSTM": (4, 3 * 4 + 2 * 5 + 4 + 8), "GRU": (3, 2 * 4 + 5 + 5 + 6), "RNN": (1, 5 + 2)}
+RECURRENT = {"LSTM": (4, 3 * 4 + 2 * 5 + 4 + 8), "GRU": (3, 2 * 4 + 5 + 5 + 6), "RNN": (1, 5 + 2),
+             "DynamicQuantizeLSTM": (4, 3 * 4 + 2 * 5 + 4 + 8)}
 
 
 def _recurrent(node, g: Graph):
-    """MACs per direction and step = gates x hidden x (input + hidden), times steps x batch x directions."""
+    """MACs per direction and step = gates x hidden x (input + hidden), times steps x batch x directions.
+    (ORT's DynamicQuantizeLSTM stores W as [directions, input, 4 x hidden]: the same loops, int8 weights.)"""
     x, w = _shape(g, node, 0), _shape(g, node, 1)
     if x is None or w is None or len(x) != 3 or len(w) != 3:
         return None
@@ -219,7 +221,7 @@ def _recurrent(node, g: Graph):
     return 2.0 * macs + float(steps * hidden * gate_flops), float(macs)
 
 
-register("LSTM", "GRU", "RNN", op_class="recurrent", weight_input=1)(_recurrent)
+register("LSTM", "GRU", "RNN", "com.microsoft:DynamicQuantizeLSTM", op_class="recurrent", weight_input=1)(_recurrent)
 
 
 # ---------------------------------------------------------------- per-element ops

@@ -16,9 +16,27 @@ from .errors import StageError
 
 
 def identity(light, inputs: dict | None) -> dict:
-    """light: lib.onnx_io.LightModel; inputs: InputSpec.describe(shapes), or None for stages without inputs."""
-    return {"model": {"path": str(Path(light.path).resolve()), "graph_sha256": light.graph_sha256},
-            "inputs": inputs}
+    """light: lib.onnx_io.LightModel; inputs: InputSpec.describe(shapes), or None for stages without inputs.
+    The file's size and mtime let a later stage trust the hash without reading the model again."""
+    st = Path(light.path).stat()
+    return {"model": {"path": str(Path(light.path).resolve()), "graph_sha256": light.graph_sha256,
+                      "size": st.st_size, "mtime_ns": st.st_mtime_ns}, "inputs": inputs}
+
+
+def graph_hash(model, recorded: dict) -> str:
+    """The graph hash of `model` (a LightModel, or a path: the recorded hash is trusted when the file's path,
+    size and mtime are the recorded ones, else the file is read again)."""
+    if hasattr(model, "graph_sha256"):
+        return model.graph_sha256
+    p = Path(model)
+    if not p.exists():
+        raise StageError(f"model file {p} not found")
+    st = p.stat()
+    if (recorded.get("path"), recorded.get("size"), recorded.get("mtime_ns")) == (str(p.resolve()), st.st_size,
+                                                                                 st.st_mtime_ns):
+        return recorded["graph_sha256"]
+    from .onnx_io import read_light
+    return read_light(p).graph_sha256
 
 
 def stamp(meta: dict, ident: dict, upstream: dict[str, dict] | None = None) -> dict:
@@ -66,7 +84,8 @@ class Results:
         return (self.rdir / name).exists()
 
     def require(self, *names: str, light=None, inputs: dict | None = None) -> dict[str, dict]:
-        """The metas, checked to belong together (and to `light` / `inputs` when given)."""
+        """The metas, checked to belong together (and to the model `light` (a LightModel or a path) and the
+        inputs when given)."""
         metas = {n: self.meta(n) for n in names}
         first_name, first = next(iter(metas.items()))
         for name, m in metas.items():
@@ -83,10 +102,10 @@ class Results:
                     raise StageError(f"{self.rdir / name} was made from an earlier run of {PRODUCER.get(up, up)}: "
                                      f"re-run {PRODUCER.get(name, 'its stage')} (make all does this)")
         ident = first["identity"]
-        if light is not None and light.graph_sha256 != ident["model"]["graph_sha256"]:
-            raise StageError(f"{self.rdir} holds results of {_who(ident)}, not of {Path(light.path).resolve()} "
-                             f"(graph {light.graph_sha256[:12]}): run 02 and the stages after it on this model "
-                             f"(make all MODEL=...), or give --results DIR")
+        if light is not None and (h := graph_hash(light, ident["model"])) != ident["model"]["graph_sha256"]:
+            path = Path(getattr(light, "path", light)).resolve()
+            raise StageError(f"{self.rdir} holds results of {_who(ident)}, not of {path} (graph {h[:12]}): run 02 "
+                             f"and the stages after it on this model (make all MODEL=...), or give --results DIR")
         if inputs is not None and not same_inputs(ident.get("inputs"), inputs):
             raise StageError(f"{self.rdir / first_name} was made for inputs {_inputs(ident)}, this run asks for "
                              f"{_inputs({'inputs': inputs})}: re-run 02 (and 01) with this input spec first "

@@ -1,10 +1,10 @@
 """Shapes that cannot miss: every node output's shape, and where it came from (shape_source).
 
 1. onnx      onnx's shape inference with data propagation;
-2. ort       ONNX Runtime's symbolic shape inference, for what 1 left (transformer mask arithmetic);
-3. values    static value propagation through shape arithmetic (Shape/Gather/Slice/Concat/Unsqueeze/
+2. values    static value propagation through shape arithmetic (Shape/Gather/Slice/Concat/Unsqueeze/
              Reshape/Cast/arithmetic ... evaluated with numpy, as onnx-tool does): tensors whose values
              become known are folded into constants and onnx's inference runs again;
+3. ort       ONNX Runtime's symbolic shape inference, for what 1 and 2 left (symbolic mask arithmetic);
 4. executed  the last resort: one ONNX Runtime run on the workload's inputs with every intermediate tensor
              exposed (exact for those inputs). It also tells which If branch ran and small values
              (conditions, trip counts).
@@ -14,6 +14,7 @@ sym_shape_infer_temp.onnx into the working directory; we drive it ourselves).
 from __future__ import annotations
 
 import importlib.util
+from itertools import chain
 import logging
 import math
 from pathlib import Path
@@ -23,7 +24,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 from .errors import StageError
-from .graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, initializer_names
+from .graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS
 
 EXECUTE_MAX_FILE_BYTES = 1_800_000_000    # a single protobuf holds < 2 GB: bigger models are not executed
 
@@ -37,15 +38,6 @@ def _complete(vi) -> bool:
 def known_shapes(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
     g = model.graph
     return {vi.name: vi for vi in list(g.input) + list(g.value_info) + list(g.output) if _complete(vi)}
-
-
-def wanted(model: onnx.ModelProto) -> list[str]:
-    """Node outputs that need a shape (not Constant outputs, not optional-empty, not sequence/optional typed)."""
-    g = model.graph
-    inits = initializer_names(g)
-    typed = {vi.name: vi.type.WhichOneof("value") for vi in list(g.value_info) + list(g.output)}
-    return [o for n in g.node if n.op_type != "Constant" for o in n.output
-            if o and o not in inits and typed.get(o) in (None, "tensor_type")]
 
 
 def _onnx_infer(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -113,11 +105,13 @@ def _reshape(x, shape, allowzero=0):
 
 BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Equal": np.equal, "Less": np.less,
           "Greater": np.greater, "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal,
-          "And": np.logical_and, "Or": np.logical_or, "Max": np.maximum, "Min": np.minimum, "Mod": np.mod}
+          "And": np.logical_and, "Or": np.logical_or, "Max": np.maximum, "Min": np.minimum, "Mod": np.mod,
+          "Pow": np.power}
+PROPAGATE_MAX_ELEMENTS = 1 << 18     # values propagated through shape arithmetic (index tables of attention)
 
 
 def _eval(node, ins: list, shapes: dict):
-    """Outputs of one node from known input values (numpy), or None when not handled here."""
+    """Outputs of one node from known input values (numpy; onnx's reference for the ops not listed here)."""
     op = node.op_type
     x = ins[0] if ins else None
     if op == "Shape":
@@ -151,14 +145,21 @@ def _eval(node, ins: list, shapes: dict):
         "Tile": lambda: [np.tile(x, [int(r) for r in ins[1]])],
     }
     fn = handlers.get(op)
-    return fn() if fn else None
+    return fn() if fn else _reference(node, ins)
+
+
+def _reference(node, ins: list):
+    """Any other op, by onnx's reference implementation (slow to set up, so only for the rare leftovers)."""
+    from onnx.reference import ReferenceEvaluator
+    feeds = {t: v for t, v in zip(node.input, ins) if t}
+    return ReferenceEvaluator(node).run(None, feeds)
 
 
 def propagate_values(model: onnx.ModelProto, shapes: dict[str, list[int]], values: dict[str, np.ndarray]) -> dict:
     """Values of small tensors computable from constants and known shapes (shape arithmetic)."""
     new = {}
     for node in model.graph.node:
-        if node.op_type in CONTROL_FLOW or not node.output or all(o in values for o in node.output if o):
+        if node.op_type in CONTROL_FLOW or node.op_type in RANDOM_OPS or not node.output or all(o in values for o in node.output if o):
             continue
         ins = [t for t in node.input]
         if node.op_type in ("Shape", "Size"):
@@ -177,28 +178,40 @@ def propagate_values(model: onnx.ModelProto, shapes: dict[str, list[int]], value
             outs = None
         for name, v in zip(node.output, outs or []):
             v = np.asarray(v)
-            if name and v.size <= MAX_VALUE_ELEMENTS:
+            if name and v.size <= PROPAGATE_MAX_ELEMENTS:
                 values[name] = new[name] = v
     return new
 
 
-def _fold(model: onnx.ModelProto, values: dict[str, np.ndarray], shapes: dict) -> onnx.ModelProto:
-    """A copy where nodes whose outputs all have known values become Constant nodes (same tensor names)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    del m.graph.value_info[:]
-    m.graph.value_info.extend(vi for name, vi in shapes.items() if name not in {i.name for i in m.graph.input})
+def _fold(model: onnx.ModelProto, values: dict[str, np.ndarray], cache: dict, tensors: dict) -> onnx.ModelProto:
+    """A copy where nodes whose one output has a known value become Constant nodes (same tensor names), with
+    the shapes known so far as value_info (onnx keeps them where its own inference of an op fails); `cache`
+    keeps the Constant nodes and value_info made in earlier rounds."""
     nodes = []
-    for n in m.graph.node:
-        outs = [o for o in n.output if o]
-        if n.op_type not in ("Constant",) and outs and all(o in values for o in outs) and len(outs) == 1:
-            v = values[outs[0]]
-            nodes.append(helper.make_node("Constant", [], outs, name=n.name, value=numpy_helper.from_array(
-                np.ascontiguousarray(v), outs[0])))
+    for n in model.graph.node:
+        outs = n.output
+        if len(outs) == 1 and outs[0] in values and n.op_type != "Constant":
+            c = cache.get(outs[0])
+            if c is None:
+                c = cache[outs[0]] = helper.make_node("Constant", [], [outs[0]], name=n.name, value=numpy_helper.from_array(
+                    np.ascontiguousarray(values[outs[0]]), outs[0]))
+            nodes.append(c)
         else:
             nodes.append(n)
-    del m.graph.node[:]
-    m.graph.node.extend(nodes)
+    m = _copy(model)
+    g = m.graph
+    del g.node[:]
+    g.node.extend(nodes)
+    inputs = {i.name for i in g.input}
+    keep = [vi for vi in g.value_info if not (vi.name in tensors and tensors[vi.name].shape is not None)]
+    del g.value_info[:]
+    g.value_info.extend(keep)
+    for t, info in tensors.items():
+        if info.shape is not None and t not in inputs:
+            vi = cache.get(("vi", t))
+            if vi is None:
+                vi = cache[("vi", t)] = helper.make_tensor_value_info(t, info.elem_type, info.shape)
+            g.value_info.append(vi)
     return m
 
 
@@ -261,59 +274,130 @@ def _shape_of(vi) -> list[int]:
 # ---------------------------------------------------------------- the chain
 
 class Inferred:
-    """The shape-inferred graph (weights stripped) and what the chain learnt on the way."""
-    def __init__(self, model, source, values, executed_note=""):
-        self.model, self.source, self.values, self.executed_note = model, source, values, executed_note
+    """The shape-inferred graph (weights stripped), its tensors' types and shapes, and what the chain learnt on
+    the way: where each shape not from onnx's inference came from, small values, a note on the execution."""
+    def __init__(self, model, tensors, source, values, executed_note=""):
+        self.model, self.tensors, self.source, self.values = model, tensors, source, values
+        self.executed_note = executed_note
+
+
+def _parse(model: onnx.ModelProto) -> tuple[dict, set[str]]:
+    """TensorInfo of every typed tensor of the main graph, and the names typed as something else (sequences)."""
+    from .graph import _tensor_infos
+    g = model.graph
+    tensors = _tensor_infos(g)
+    other = {vi.name for vi in g.value_info if vi.type.WhichOneof("value") not in (None, "tensor_type")}
+    return tensors, other
+
+
+def _wanted(model: onnx.ModelProto, other: set[str]) -> list[str]:
+    """Node outputs that need a shape: read by a node or a graph output (a dead optional output, such as an
+    unused Dropout mask, is never computed), not Constant outputs, not sequence typed."""
+    g = model.graph
+    used = {t for n in g.node for t in n.input} | {o.name for o in g.output}
+    used |= {t for n in g.node if n.op_type in CONTROL_FLOW for t in _outer(n)}
+    return [o for n in g.node if n.op_type != "Constant" for o in n.output if o and o not in other and o in used]
+
+
+def _outer(node) -> list[str]:
+    from .graph import outer_reads
+    return outer_reads(node)
+
+
+def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4) -> Inferred:
+    """Run the chain on a model whose inputs are fixed. For the execution step only: full_fn() gives the model
+    with its weights, feeds_fn() its inputs."""
+    from .graph import TensorInfo, _small_values
+    m1 = _onnx_infer(model)
+    tensors, other = _parse(m1)
+    want = _wanted(m1, other)
+    missing = lambda: [t for t in want if t not in tensors or tensors[t].shape is None]  # noqa: E731
+    source: dict[str, str] = {}
+    resolved: dict[str, onnx.ValueInfoProto] = {}
+
+    def add(vis: dict, how: str) -> None:
+        for t in missing():
+            vi = vis.get(t)
+            if vi is not None and _complete(vi):
+                tensors[t], source[t], resolved[t] = TensorInfo(_shape_of(vi), vi.type.tensor_type.elem_type), how, vi
+
+    values = _small_values(model.graph)
+    if missing() or _needs_values(model):
+        _propagate(model, tensors, values, add)
+    if missing():
+        m2 = _ort_symbolic(model)
+        add(known_shapes(m2) if m2 is not None else {}, "ort")
+    note = ""
+    if missing() or _unknown_conditions(model, values):
+        note = _execute_step(full_fn, feeds_fn, values, missing(), add)
+    if resolved:
+        keep = [vi for vi in m1.graph.value_info if vi.name not in resolved]
+        del m1.graph.value_info[:]
+        m1.graph.value_info.extend(keep + list(resolved.values()))
+    _taken_branches(model, full_fn, feeds_fn, tensors, source, values, depth)
+    return Inferred(m1, tensors, source, values, note)
+
+
+def _taken_branches(model, full_fn, feeds_fn, tensors, source, values, depth: int = 4) -> None:
+    """Shapes inside the If branches these inputs take: the branches are inlined into a copy of the graph and
+    the chain runs on it (the tensors of a body keep their names: ONNX names are unique across scopes)."""
+    inlined = _inline_taken(model, values)
+    if inlined is None or depth == 0:
+        return
+    sub = infer(inlined, lambda: _inline_taken(full_fn(), values), feeds_fn, depth - 1)
+    for t, info in sub.tensors.items():
+        if t not in tensors or tensors[t].shape is None:
+            tensors[t] = info
+            source[t] = sub.source.get(t, "onnx")
+    for t, v in sub.values.items():
+        values.setdefault(t, v)
+
+
+def _inline_taken(model: onnx.ModelProto, values: dict) -> onnx.ModelProto | None:
+    """A copy of the model with every If whose condition is known replaced by the nodes of its taken branch
+    (Identity nodes carry the branch outputs onto the If's outputs); None when there is no such If."""
+    nodes, inits, infos, n = [], [], [], 0
+    for node in model.graph.node:
+        cond = values.get(node.input[0]) if node.op_type == "If" and node.input else None
+        if cond is None:
+            nodes.append(node)
+            continue
+        body = next(a.g for a in node.attribute if a.name == ("then_branch" if bool(cond) else "else_branch"))
+        nodes.extend(body.node)
+        inits.extend(body.initializer)
+        infos.extend(body.value_info)
+        nodes.extend(helper.make_node("Identity", [bo.name], [o], name=f"{node.name}__out{k}")
+                     for k, (bo, o) in enumerate(zip(body.output, node.output)) if o)
+        n += 1
+    if not n:
+        return None
+    m = _copy(model)
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    m.graph.initializer.extend(inits)
+    m.graph.value_info.extend(infos)
+    return m
 
 
 def _needs_values(model: onnx.ModelProto) -> bool:
     return any(n.op_type in CONTROL_FLOW for n in model.graph.node)
 
 
-def infer(model: onnx.ModelProto, full_fn, feeds_fn) -> Inferred:
-    """Run the chain on a model whose inputs are fixed. For the execution step only: full_fn() gives the model
-    with its weights, feeds_fn() its inputs."""
-    from .graph import _small_values
-    want = wanted(model)
-    m1 = _onnx_infer(model)
-    known = known_shapes(m1)
-    source = {n: "onnx" for n in known}
-    partial = {vi.name: vi for vi in list(m1.graph.value_info) + list(m1.graph.output) if vi.type.HasField("tensor_type")}
-    if any(t not in known for t in want):
-        m2 = _ort_symbolic(model)
-        for n, vi in (known_shapes(m2) if m2 is not None else {}).items():
-            if n not in known:
-                known[n], source[n] = vi, "ort"
-    values = _small_values(model.graph)
-    if any(t not in known for t in want) or _needs_values(model):
-        _propagate(model, known, source, values, want)
-    note = ""
-    if any(t not in known for t in want) or _unknown_conditions(model, values):
-        note = _execute_step(model, full_fn, feeds_fn, known, source, values, want)
-    out = m1                      # onnx's result: its control-flow bodies carry their inferred value_info
-    del out.graph.value_info[:]
-    inputs = {i.name for i in out.graph.input}
-    out.graph.value_info.extend(known.get(n) or partial[n] for n in dict.fromkeys(list(known) + list(partial))
-                                if n not in inputs)
-    for o in out.graph.output:
-        if o.name in known:
-            o.CopyFrom(known[o.name])
-    return Inferred(out, source, values, note)
-
-
-def _propagate(model, known, source, values, want, rounds: int = 8) -> None:
+def _propagate(model, tensors, values, add, rounds: int = 64) -> None:
+    """Rounds of value propagation and onnx inference on the folded graph, while they find new shapes (each
+    round gets one more Shape -> arithmetic -> Reshape -> Shape link further down the graph)."""
+    cache: dict = {}
     for _ in range(rounds):
-        new = propagate_values(model, {n: _shape_of(vi) for n, vi in known.items()}, values)
-        if not new or all(t in known for t in want):
+        shapes = {n: t.shape for n, t in tensors.items() if t.shape is not None}
+        if not propagate_values(model, shapes, values):
             return
         try:
-            m3 = _onnx_infer(_fold(model, values, known))
+            m3 = _onnx_infer(_fold(model, values, cache, tensors))
         except StageError:
             return
-        added = [n for n in known_shapes(m3) if n not in known]
-        for n in added:
-            known[n], source[n] = known_shapes(m3)[n], "values"
-        if not added:
+        n_known = len(shapes)
+        add({vi.name: vi for vi in chain(m3.graph.value_info, m3.graph.output)}, "values")
+        if sum(1 for t in tensors.values() if t.shape is not None) == n_known:
             return
 
 
@@ -326,18 +410,13 @@ def _unknown_conditions(model, values) -> bool:
     return any(t not in values for t in _control_inputs(model))
 
 
-def _execute_step(model, full_fn, feeds_fn, known, source, values, want) -> str:
-    missing = [t for t in want if t not in known]
+def _execute_step(full_fn, feeds_fn, values, missing, add) -> str:
     try:
         feeds = feeds_fn()
         shapes, vals = execute(full_fn(), feeds, missing)
     except ExecutionFailed as e:
         return f"the shape-resolving run of ONNX Runtime failed: {e}"
-    vals.update({k: v for k, v in feeds.items() if v.size <= MAX_VALUE_ELEMENTS and v.dtype.kind in "biu"})
-    for t in missing:
-        if t in shapes:
-            known[t] = helper.make_tensor_value_info(t, shapes[t][1], shapes[t][0])
-            source[t] = "executed"
-    for t, v in vals.items():
+    add({t: helper.make_tensor_value_info(t, shapes[t][1], shapes[t][0]) for t in missing if t in shapes}, "executed")
+    for t, v in {**vals, **{k: v for k, v in feeds.items() if v.size <= MAX_VALUE_ELEMENTS and v.dtype.kind in "biu"}}.items():
         values.setdefault(t, v)
     return ""

@@ -15,36 +15,30 @@ Cycles (self-loops included) are refused when the graph is ordered (lib/graph.py
 from __future__ import annotations
 
 import math
+from itertools import chain
 
 import onnx
 from onnx import TensorProto
 
 from .errors import StageError
+from .graph import NodeTable
 
 MAX_ELEMENTS = 2**48            # 256 Ti elements: larger than any accelerator's memory by orders of magnitude
 KNOWN_TYPES = set(TensorProto.DataType.values()) - {TensorProto.UNDEFINED}
 
 
-def _text(value, what: str) -> str:
-    if isinstance(value, bytes):
-        raise StageError(f"{what} is not valid UTF-8 text ({value[:40]!r}): the model file is corrupt")
-    return value
+def _label(g: onnx.GraphProto, i: int) -> str:
+    n = g.node[i]
+    name = n.name if isinstance(n.name, str) and n.name else f"#{i}"
+    return f"node {name} ({n.op_type if isinstance(n.op_type, str) else repr(n.op_type)})"
 
 
-def _label(node, i: int) -> str:
-    return f"node {node.name or f'#{i}'} ({node.op_type})"
-
-
-def _check_type(vi, where: str) -> None:
-    if not vi.type.HasField("tensor_type"):
-        return
-    tt = vi.type.tensor_type
-    if tt.elem_type not in KNOWN_TYPES and tt.elem_type != TensorProto.UNDEFINED:
-        raise StageError(f"{where} {vi.name!r} has unknown element type {tt.elem_type}")
-    # a negative dim_value on an input/output/value_info is how some exporters (Paddle) write "dynamic":
-    # ONNX Runtime accepts it as unknown, so do we; only sizes beyond any machine are refused here
-    dims = [d.dim_value for d in tt.shape.dim if d.HasField("dim_value") and d.dim_value > 0]
-    _check_dims(dims, f"{where} {vi.name!r}")
+def _check_text(g: onnx.GraphProto, where: str, lists) -> None:
+    """Protobuf hands back bytes for a string field that is not valid UTF-8: a corrupt file."""
+    for what, values in lists:
+        for i, v in enumerate(values):
+            if type(v) is bytes:
+                raise StageError(f"{where}{what} #{i} is not valid UTF-8 text ({v[:40]!r}): the model file is corrupt")
 
 
 def _check_dims(dims, what: str) -> None:
@@ -54,55 +48,58 @@ def _check_dims(dims, what: str) -> None:
         raise StageError(f"{what} has {math.prod(dims):.3g} elements (dims {list(dims)}): not a real model")
 
 
-def _check_graph(g: onnx.GraphProto, outer: set[str], where: str) -> None:
-    available = set(outer)
-    produced: dict[str, str] = {}
-    for vi in g.input:
-        _text(vi.name, f"{where}input name")
-        _check_type(vi, f"{where}input")
-        available.add(vi.name)
+def _check_value_infos(vis, where: str) -> None:
+    for vi in vis:
+        if not vi.type.HasField("tensor_type"):
+            continue
+        tt = vi.type.tensor_type
+        if tt.elem_type not in KNOWN_TYPES and tt.elem_type != TensorProto.UNDEFINED:
+            raise StageError(f"{where}tensor {vi.name!r} has unknown element type {tt.elem_type}")
+        if tt.HasField("shape"):
+            # negative dims mean "dynamic" to some exporters (Paddle) and to ONNX Runtime: left unresolved
+            _check_dims([d.dim_value for d in tt.shape.dim if d.dim_value > 0], f"{where}tensor {vi.name!r}")
+
+
+def _check_graph(g: onnx.GraphProto, outer: set[str], where: str, table: NodeTable | None = None) -> None:
+    table = table or NodeTable.of(g)
+    ins, outs = table.inputs, table.outputs
+    _check_text(g, where, (("op type of node", table.ops), ("domain of node", table.domains),
+                           ("name of node", table.names), ("tensor name", chain.from_iterable(ins + outs)),
+                           ("value name", [vi.name for vi in chain(g.input, g.output, g.value_info)]),
+                           ("initializer name", [t.name for t in g.initializer])))
+    _check_value_infos(chain(g.input, g.output, g.value_info), where)
     for t in g.initializer:
-        _text(t.name, f"{where}initializer name")
         if t.data_type not in KNOWN_TYPES:
             raise StageError(f"{where}initializer {t.name!r} has unknown element type {t.data_type}")
         _check_dims(list(t.dims), f"{where}initializer {t.name!r}")
-        available.add(t.name)
-    local_inits = {t.name for t in g.initializer} | {vi.name for vi in g.input}
-    for vi in list(g.value_info) + list(g.output):
-        _text(vi.name, f"{where}value name")
-        _check_type(vi, f"{where}tensor")
-    nodes = list(g.node)
-    for i, n in enumerate(nodes):
-        _text(n.op_type, f"{where}op type of node #{i}")
-        _text(n.domain, f"{where}domain of node #{i}")
-        _text(n.name, f"{where}name of node #{i}")
-        for o in n.output:
-            _text(o, f"{where}output of {_label(n, i)}")
-            if not o:
-                continue
-            if o in produced or o in local_inits:
-                raise StageError(f"{where}tensor {o!r} has two producers ({_label(n, i)} and "
-                                 f"{produced.get(o, 'an initializer or graph input')})")
-            produced[o] = _label(n, i)
-    everything = available | set(produced)
-    for i, n in enumerate(nodes):
-        for t in n.input:
-            _text(t, f"{where}input of {_label(n, i)}")
+    defined = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+    produced: dict[str, int] = {}
+    for i, os_ in enumerate(outs):
+        for o in os_:
+            if o and (o in produced or o in defined):
+                other = _label(g, produced[o]) if o in produced else "an initializer or graph input"
+                raise StageError(f"{where}tensor {o!r} has two producers ({_label(g, i)} and {other})")
+            produced[o] = i
+    everything = defined | produced.keys() | outer
+    for i, is_ in enumerate(ins):
+        for t in is_:
             if t and t not in everything:
-                raise StageError(f"{where}{_label(n, i)} reads {t!r}, which no node, initializer or input produces")
-        for a in n.attribute:
-            _text(a.name, f"{where}attribute name of {_label(n, i)}")
-            for k, sub in enumerate([a.g] if a.HasField("g") else list(a.graphs)):
-                _check_graph(sub, everything, f"{where}{_label(n, i)} body {a.name}: ")
-            if a.HasField("t"):
-                _check_dims(list(a.t.dims), f"{where}attribute tensor of {_label(n, i)}")
+                raise StageError(f"{where}{_label(g, i)} reads {t!r}, which no node, initializer or input produces")
     for o in g.output:
         if o.name not in everything:
             raise StageError(f"{where}graph output {o.name!r} is not produced by any node")
+    for i, n in enumerate(table.protos):
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH or a.type == onnx.AttributeProto.GRAPHS:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    _check_graph(sub, everything, f"{where}{_label(g, i)} body {a.name}: ")
+            elif a.type == onnx.AttributeProto.TENSOR:
+                _check_dims(list(a.t.dims), f"{where}attribute tensor of {_label(g, i)}")
 
 
-def validate(model: onnx.ModelProto) -> None:
-    """StageError on the first structural defect (see the module docstring)."""
+def validate(model: onnx.ModelProto, table: NodeTable | None = None) -> None:
+    """StageError on the first structural defect (see the module docstring); `table`: the graph's nodes,
+    when the caller already read them."""
     if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
         raise StageError("the model declares no opset for the default ONNX domain")
-    _check_graph(model.graph, set(), "")
+    _check_graph(model.graph, set(), "", table)
