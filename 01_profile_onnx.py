@@ -8,6 +8,7 @@ Netron) are kept in results/<stem>/profile/.
 """
 from lib import cli
 from lib.artifacts import versions, write_csv, write_json
+from lib.control_flow import runaway_loops
 from lib.errors import StageError
 from lib.inputs import InputSpec, value_hint
 from lib.loading import prepare
@@ -41,6 +42,10 @@ def main(argv=None):
     if a.runs < 1 or a.warmup < 0 or a.threads < 0:
         raise StageError("--runs must be >= 1, --warmup and --threads >= 0")
     an = prepare(a.model, InputSpec.from_args(a))
+    runaway = runaway_loops(an.graph)
+    if runaway:
+        raise StageError(f"Loop {runaway[0][0]} runs {runaway[0][1]:.3g} iterations per inference with these inputs: "
+                         f"profiling would not finish (give other inputs with --inputs-npz)")
     feeds = an.feeds()
     print(f"profiling {a.model}: {len(an.graph.nodes)} nodes, {a.warmup} warm-up + {a.runs} runs on {a.provider}")
     try:

@@ -33,6 +33,9 @@ def report(path, shapes, s, note) -> None:
     if s["upper_bound_nodes"]:
         print(f"  UPPER BOUND: {s['upper_bound_nodes']} If nodes whose branch is unknown count the dearer branch "
               f"(cost_note); pass the real inputs with --inputs-npz")
+    if s["unknown_size_nodes"]:
+        print(f"  UNKNOWN SIZE: {s['unknown_size_nodes']} nodes read or write a tensor whose shape could not be resolved "
+              f"(act_in/out_bytes empty, bytes_known=False): {note or 'pass the real inputs with --inputs-npz'}")
     if s["unknown_cost_nodes"]:
         print(f"  UNKNOWN COST: {s['unknown_cost_nodes']} nodes (flops/macs empty, cost_known=False): "
               + ", ".join(f"{k} x{v}" for k, v in s["unknown_cost_ops"].items()))

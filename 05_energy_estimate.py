@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Stage 05: per-node energy, offload kernel candidates and Amdahl speed-ups.
 
-energy.csv: two models per node. Measured-power: E = P_avg x latency (P from host.yaml or --avg-power-w).
+energy.csv: two models per node. Power model: E = P_avg x measured latency (e_power_j; P_avg is an assumption
+from host.yaml or --avg-power-w, not a power measurement).
 Component: E = FLOPs x e_flop(dtype) + bytes x e_byte, split into compute (e_compute_j) and data movement
 (e_mem_j). kernel_candidates.csv: one row per op class with the seed's criteria (share of latency or
 energy, regular op class, arithmetic intensity, fusable neighbours) and the reason. amdahl.csv:
@@ -20,8 +21,8 @@ def report(energy, kernels, amd, power: float, t_total: float) -> None:
     e_total = energy["e_total_j"].sum()
     ec, emem = energy["e_compute_j"].sum(), energy["e_mem_j"].sum()
     if t_total > 0:
-        print(f"measured-power model: {energy['e_measured_j'].sum() * 1e3:.2f} mJ per inference "
-              f"({power:g} W x {t_total / 1e3:.2f} ms of kernel time)")
+        print(f"power model (assumed P_avg {power:g} W x {t_total / 1e3:.2f} ms of measured kernel time): "
+              f"{energy['e_power_j'].sum() * 1e3:.2f} mJ per inference")
     print(f"component model: {e_total * 1e3:.2f} mJ = compute {ec * 1e3:.2f} mJ ({100 * ec / e_total:.0f}%) "
           f"+ data movement {emem * 1e3:.2f} mJ ({100 * emem / e_total:.0f}%)")
     print("kernels (op classes), by share of latency:")

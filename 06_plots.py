@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Stage 06: plots into results/<stem>/plots/ (PNG and SVG): roofline scatter, energy breakdown,
 critical-path Gantt chart, measured vs roofline time by op class, and, when stage 07 ran, the split plots
-(Comm(b) with the top-k marked, FLOPs balance, Pareto fronts, estimated two-device latency), and when stage
+(Comm(b) with the top-k marked, FLOPs and device-time balance, Pareto fronts, estimated two-device latency
+against the all-on-A / all-on-B baselines), and when stage
 09 ran, latency and utilization per hardware profile (fx_hardware)."""
 from lib import cli
 from lib.artifacts import read_csv, read_json
@@ -23,9 +24,10 @@ def main(argv=None):
     if not fx_only:
         prof = read_csv(rdir, "ops_profile.csv", ("node", "op_class", "ai_flop_per_byte", "achieved_gflops", "pct_latency"))
         cp = read_csv(rdir, "critical_path.csv", ("node", "op_type", "start_us", "finish_us", "latency_us"))
-        energy = read_csv(rdir, "energy.csv", ("op_class", "e_compute_j", "e_mem_j", "e_measured_j"))
+        energy = read_csv(rdir, "energy.csv", ("op_class", "e_compute_j", "e_mem_j", "e_power_j"))
         written += save(roofline_plot(prof, host, title), out, "roofline")
-        written += save(energy_plot(energy, title), out, "energy_breakdown")
+        power = read_json(rdir, "energy_meta.json").get("avg_power_w") if (rdir / "energy_meta.json").exists() else None
+        written += save(energy_plot(energy, title, power), out, "energy_breakdown")
         written += save(gantt_plot(cp, title), out, "critical_path_gantt")
         written += save(latency_by_class_plot(prof, title), out, "latency_by_class")
     if (rdir / "fx_hardware.csv").exists():
@@ -35,7 +37,8 @@ def main(argv=None):
         bd = read_csv(rdir, "boundaries.csv", ("boundary", "comm_bytes", "flops_left", "flops_right", "pruned", "rank"))
         pareto = read_csv(rdir, "pareto_export.csv", ("front", "boundary"))
         top_k = int(read_json(rdir, "system_config.json").get("ranking", {}).get("top_k", 10))
-        for name, fig in split_plots(bd, pareto, title, top_k).items():
+        summary = read_json(rdir, "split_summary.json") if (rdir / "split_summary.json").exists() else None
+        for name, fig in split_plots(bd, pareto, title, top_k, summary).items():
             written += save(fig, out, name, ("png", "svg", "pdf"))   # PDF/SVG: paper assets (08)
     else:
         print("note: no boundaries.csv (run 07_split_candidates.py for the split plots)")

@@ -3,20 +3,26 @@
 
 For each boundary (the top-k of boundaries.csv, or --boundary B ...) writes results/<stem>/splits/b<B>/:
 part1.onnx (graph inputs -> cut tensors), part2.onnx (cut tensors + the original inputs it needs -> graph
-outputs), each with its own weights (external data reached by hardlink or copy), full.onnx, a
-standalone run_split.py, split_meta.json, a split-context diagram, and validation_report.json: full(x)
-against part2(part1(x)) with ONNX Runtime on the input spec's seeded random inputs (or --inputs-npz),
-with latencies.
+outputs), cut out of stage 02's analysed graph (If/Loop/Scan bodies' outer-scope reads cross the cut like any
+input; types and shapes are the analysed ones), each with its own weights (external data reached by hardlink
+or copy), full.onnx, a standalone run_split.py, split_meta.json (model identity and input spec), the input
+spec's --inputs-npz as inputs.npz, a split-context diagram, and validation_report.json: full(x) against
+part2(part1(x)) with ONNX Runtime on the input spec's seeded random inputs (or --inputs-npz), with latencies.
+
+results/<stem>/validation_report.json holds every split folder on disk: the ones exported now and those an
+earlier run exported for the same model and input spec (this_run: false). Split folders of another model or
+input spec are removed (and listed). A boundary 07 pruned is exported when asked for, with 07's reason.
 """
 from pathlib import Path
 
 from lib import cli
-from lib.artifacts import read_csv, versions, write_json
-from lib.export_split import SplitExporter, benchmark_set, progress, validate, write_runner
-from lib.inputs import InputSpec
+from lib.artifacts import read_csv, read_json, versions, write_json
+from lib.errors import StageError
+from lib.export_split import (SplitExporter, benchmark_set, closing_line, earlier_splits, export_one, progress,
+                              pruned_note, split_line, summary, sweep_stale)
+from lib.inputs import InputSpec, value_hint
 from lib.loading import analysed
 from lib.provenance import stamp
-from lib.split_diagram import render
 from lib.splits import choose_boundaries
 
 
@@ -35,23 +41,6 @@ def add_flags(p) -> None:
     p.add_argument("--benchmark-set", metavar="DIR", help="also gather the splits, a benchmark_suite.py and the paper assets in DIR")
 
 
-def export_one(exporter, an, feeds, b: int, a) -> dict:
-    out = a.rdir / "splits" / f"b{b}"
-    iface = exporter.export(b, out)
-    write_runner(out, {**iface, "input_shapes": an.shapes, "model": Path(a.model).name})
-    rep = {"boundary": b, "after_node": an.graph.names[b],
-           **validate(out, feeds, a.atol, a.rtol, a.runs, iface["cut_tensors"], an.graph, exporter.model)}
-    if a.diagram != "none":
-        rep["diagram"] = [f.name for f in render(an.graph, b, iface["cut_tensors"], out, a.hops, a.diagram)]
-    write_json(rep, out / "validation_report.json")
-    lat = rep["latency_median"]
-    print(f"  b{b}: {'PASS' if rep['pass'] else 'FAIL'} max|diff| {rep['max_abs_diff']:.2e}; "
-          f"{len(iface['cut_tensors'])} cut tensors, {iface['comm_bytes'] / 1024:.1f} KiB; full {lat['full_us'] / 1e3:.2f} ms, "
-          f"part1 {lat['part1_us'] / 1e3:.2f} ms + part2 {lat['part2_us'] / 1e3:.2f} ms "
-          f"(run back to back: {lat['composed_us'] / 1e3:.2f} ms)")
-    return {**rep, "comm_bytes": iface["comm_bytes"], "external_data": iface["external_data"]}
-
-
 def main(argv=None):
     p = cli.parser(__doc__)
     cli.add_inputs(p, feeds=True)
@@ -60,30 +49,43 @@ def main(argv=None):
     if a.top_k < 1 or a.runs < 1:
         p.error("--top-k and --runs must be >= 1")
     an, res = analysed(a.rdir, a.model, InputSpec.from_args(a))
-    metas = res.require("workload_profile.json")
+    metas = res.require("workload_profile.json", "merge_meta.json", "metrics_meta.json")
     bd = read_csv(a.rdir, "boundaries.csv", ("boundary", "after_node", "comm_bytes", "rank", "n_cut_tensors"))
     chosen = choose_boundaries(bd, a.boundary, a.top_k)
-    feeds = an.feeds()
-    exporter = SplitExporter(a.model, an.graph, a.external_data)
+    run = stamp({}, metas["workload_profile.json"]["identity"], metas)
+    try:
+        previous = read_json(a.rdir, "validation_report.json")
+    except StageError:
+        previous = None
+    swept = sweep_stale(a.rdir, run["identity"])
+    if swept["removed"]:
+        print(f"removed split folders of another model or input spec: {', '.join(swept['removed'])}")
+    opts = {"atol": a.atol, "rtol": a.rtol, "runs": a.runs, "hops": a.hops, "diagram": a.diagram,
+            "hint": value_hint(an.light.model, an.spec), "inputs_npz": an.spec.inputs_npz}
+    meta = {"identity": run["identity"], "run_id": run["run_id"], "input_shapes": an.shapes, "model": Path(a.model).name}
+    exporter = SplitExporter(a.model, an.graph, a.external_data) if chosen else None
+    feeds = an.feeds() if chosen else {}
     reports = []
     for k, b in enumerate(chosen, 1):
+        note = pruned_note(bd, b)
+        if note:
+            print(f"note: 07 pruned boundary {b} ({note}); exported because --boundary asked for it")
         progress(k, len(chosen), f"boundary {b} (after {an.graph.names[b]}): export, validate")
-        reports.append(export_one(exporter, an, feeds, b, a))
-    all_pass = all(r["pass"] for r in reports)
-    worst = max((r["max_abs_diff"] for r in reports), default=0.0)
-    write_json(stamp({"all_pass": all_pass, "worst_max_abs_diff": worst, "atol": a.atol, "rtol": a.rtol,
-                      "splits": reports, "versions": versions()}, metas["workload_profile.json"]["identity"], metas),
+        reports.append({**export_one(exporter, b, a.rdir / "splits" / f"b{b}", feeds, opts, meta),
+                        **({"pruned_by_07": note} if note else {})})
+        print(split_line(reports[-1]))
+    kept = earlier_splits(a.rdir, run["identity"], previous, set(chosen))
+    splits = sorted(reports + kept, key=lambda r: r["boundary"])
+    s = summary(splits)
+    write_json({**run, **s, "atol": a.atol, "rtol": a.rtol, "this_run": chosen,
+                "kept_from_earlier_runs": [r["boundary"] for r in kept], "removed_folders": swept["removed"],
+                "folders_without_meta": swept["without_meta"], "splits": splits, "versions": versions()},
                a.rdir / "validation_report.json")
     if a.benchmark_set:
         benchmark_set(Path(a.benchmark_set), a.rdir, [a.rdir / "splits" / f"b{b}" for b in chosen])
         print(f"benchmark set in {a.benchmark_set}: python {Path(a.benchmark_set) / 'benchmark_suite.py'}")
-    if not reports:
-        print("no ranked boundary to export (all pruned: see candidate_pruning.json, or pass --boundary B): "
-              "wrote an empty report")
-    else:
-        print(f"{len(reports)} splits, {'all pass' if all_pass else 'SOME FAIL'}; worst max |diff| {worst:.2e} "
-              f"(atol {a.atol:g}); wrote {a.rdir / 'validation_report.json'}")
-    return 0 if all_pass else 1
+    print(closing_line(reports, kept, s, a.atol, a.rdir / "validation_report.json"))
+    return 0 if all(r["pass"] is True for r in reports) else 1
 
 
 if __name__ == "__main__":

@@ -43,11 +43,12 @@ endif
 .PHONY: all test calibrate clean venv help fx
 .DELETE_ON_ERROR:
 
-all: $(R)/plots/.done $(R)/validation_report.json
-	@echo "done: results in $(R)/"
+all: $(R)/report.html
+	@echo "done: results in $(R)/; open $(R)/report.html (all models: results/index.html)"
 
 help:
-	@echo "make all [MODEL=path.onnx]   run stages 01-08 into results/<stem>/ (default: $(MODEL))"
+	@echo "make all [MODEL=path.onnx]   run stages 01-08 and 11 into results/<stem>/ (default: $(MODEL))"
+	@echo "    [SHAPE_ARGS=\"--shape-override 'x=8x3x224x224'\"] [PRESET=llm-128] [INPUTS=feeds.npz] [RUNS=10] [SPLITS=3]"
 	@echo "make test                    run the tests"
 	@echo "make all HAILO=1             ... with stage 10's Hailo check pruning split candidates (07 -> 10 -> 07)"
 	@echo "make fx [TORCH_MODEL=resnet18]  stage 09: FX characterize, fuse, concurrency, hardware mapping + plot"
@@ -106,6 +107,11 @@ $(R)/validation_report.json: $(R)/boundaries.csv 08_export_splits.py $(LIB) $(WO
 $(R)/plots/.done: $(R)/ops_profile.csv $(R)/critical_path.csv $(R)/energy.csv $(R)/boundaries.csv 06_plots.py $(LIB) $(HOST)
 	$(PY) 06_plots.py --results $(R) --host $(HOST)
 	touch $@
+
+# 11: one self-contained page per model (and results/index.html across models), after everything else
+$(R)/report.html: $(R)/plots/.done $(R)/validation_report.json $(R)/critical_path.csv $(R)/energy.csv \
+		11_report.py $(LIB) lib/templates/report.html.j2
+	$(PY) 11_report.py --model $(MODEL) --results $(R)
 
 # stage 09 on a PyTorch model (any torchvision name, or pkg.module:factory), then its plots
 TORCH_MODEL ?= resnet18

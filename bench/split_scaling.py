@@ -38,8 +38,8 @@ def main():
             res = Path(tmp) / f"res_{n}"
             subprocess.run([py, str(REPO / "bench" / "synthetic_graphs.py"), "--nodes", str(n), "--out", str(model)],
                            check=True, capture_output=True)
-            subprocess.run([py, str(REPO / "02_shapes_flops_bytes.py"), "--model", str(model), "--results", str(res)],
-                           check=True, capture_output=True)
+            for stage, args in (("02_shapes_flops_bytes.py", ["--model", str(model)]), ("03_merge_profile_metrics.py", [])):
+                subprocess.run([py, str(REPO / stage), *args, "--results", str(res)], check=True, capture_output=True)
             wall, rss = timed([py, str(REPO / "07_split_candidates.py"), "--model", str(model), "--results", str(res)])
             import pandas as pd
             nodes = len(pd.read_csv(res / "ops_metrics.csv", usecols=["node"]))

@@ -3,7 +3,8 @@
 
     python benchmark_suite.py [--provider cpu|cuda|tensorrt] [--runs 20]
 
-Runs every b*/run_split.py, then aggregates their validation_report.json files into benchmark_results.csv
+Runs every b*/run_split.py (each on its folder's inputs.npz when it has one: the values stage 08 validated
+with; folders whose export failed are skipped and said so), then aggregates their validation_report.json files into benchmark_results.csv
 and, when matplotlib is installed, benchmark_latency.png (full vs part1 + part2 vs composed per split).
 """
 import argparse
@@ -29,6 +30,10 @@ def main():
     rows = []
     for k, d in enumerate(splits, 1):
         print(f"[{k}/{len(splits)}] {d.name}", flush=True)
+        meta = json.loads((d / "split_meta.json").read_text()) if (d / "split_meta.json").exists() else {}
+        if meta.get("error"):
+            print(f"  skipped: stage 08 could not export it ({meta['error']})", flush=True)
+            continue
         r = subprocess.run([sys.executable, "run_split.py", "--provider", a.provider, "--runs", str(a.runs)], cwd=d)
         if r.returncode == 2:
             sys.exit(2)
@@ -36,6 +41,9 @@ def main():
         lat = rep["latency_median"]
         rows.append({"split": d.name, "boundary": rep["boundary"], "pass": rep["pass"], "max_abs_diff": rep["max_abs_diff"],
                      **{k2: round(v, 1) for k2, v in lat.items()}})
+    if not rows:
+        print("error: no split here could run (see the notes above)", file=sys.stderr)
+        sys.exit(2)
     with open(HERE / "benchmark_results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()

@@ -75,16 +75,30 @@ def cost_note(node, g: Graph) -> str:
 
 
 def loop_trips(node, g: Graph) -> int | None:
-    """The executed trip count: M when the condition never stops the loop early, else what ran."""
-    executed = g.loop_trips.get(node.output[0]) if node.output else None
-    if executed is not None:
-        return executed
+    """The trip count: M (its value known from a constant or the workload's inputs; a negative M runs no
+    iteration) when the body passes its condition through unchanged, 0 when the initial condition is false,
+    else unknown."""
     m = g.value_of(node.input[0]) if node.input and node.input[0] else None
     cond = node.input[1] if len(node.input) > 1 else ""
+    if cond and g.value_of(cond) is not None and not bool(g.value_of(cond)):
+        return 0
     body = next(a.g for a in node.attribute if a.name == "body")
-    # the body passes its condition through unchanged (or has none): M iterations exactly
     passes = not cond or (body.output and body.input[1].name == body.output[0].name) or _identity_cond(body)
-    return int(m) if m is not None and passes else None
+    return max(0, int(m)) if m is not None and passes else None
+
+
+MAX_PROFILED_TRIPS = 10**7      # a Loop with more iterations per inference would not finish profiling
+
+
+def runaway_loops(g: Graph) -> list[tuple[str, int]]:
+    """(node, trip count) of the Loops whose known trip count is beyond what a profiling run can finish."""
+    out = []
+    for name, n in zip(g.names, g.nodes):
+        if n.op_type == "Loop":
+            trips = loop_trips(n, g)
+            if trips is not None and trips > MAX_PROFILED_TRIPS:
+                out.append((name, trips))
+    return out
 
 
 def _identity_cond(body) -> bool:

@@ -1,4 +1,5 @@
-"""Energy attribution (measured-power and component models), offload kernel candidates, Amdahl speed-ups."""
+"""Energy attribution (power model: assumed P_avg x measured latency; component model: FLOPs and bytes x
+energy per op), offload kernel candidates, Amdahl speed-ups."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,7 +41,7 @@ def node_energy(prof: pd.DataFrame, host: dict, avg_power_w: float) -> pd.DataFr
     nbytes, _ = known_or_zero(node_bytes(prof))      # the one bytes policy (lib/roofline.py)
     df = prof[["node", "op_type", "op_class", "layer", "dtype", "flops", "latency_us", "attribution", "fused_into"]].copy()
     df["bytes"] = nbytes
-    df["e_measured_j"] = avg_power_w * prof["latency_us"] * 1e-6
+    df["e_power_j"] = avg_power_w * prof["latency_us"] * 1e-6
     df["e_compute_j"] = prof["flops"].fillna(0.0) * e_flop
     df["e_mem_j"] = nbytes * e_byte
     df["e_total_j"] = df["e_compute_j"] + df["e_mem_j"]

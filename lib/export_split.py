@@ -3,16 +3,19 @@ part2(part1(x)) == full(x).
 
 The parts are built from stage 02's analysed Graph (lib/graph.py, from results/<stem>/graph.onnx): its
 topological order, its producer/consumer index (which counts the tensors an If/Loop/Scan body reads from the
-enclosing graph as that node's inputs, exactly as stage 07's Comm(b) does) and its tensor types and shapes
-(onnx inference, ORT symbolic inference, value propagation or one execution). Nodes and weights come from the
-model file itself (graph.onnx has its weights stripped):
+enclosing graph as that node's inputs, exactly as stage 07's Comm(b) does) and its tensor types (onnx
+inference, ORT symbolic inference, value propagation or one execution). Nodes and weights come from the model
+file itself (graph.onnx has its weights stripped):
 
 - part1 = the nodes 0..b needed for the cut tensors and for the graph outputs finished on the left;
 - part2 = the nodes needed for the other graph outputs, fed by the cut tensors and the original inputs it reads;
   weights computed from constants alone (Constant, ConstantOfShape, Tile ... chains) travel with the part that
   uses them, recomputed there, never sent over the link;
-- inputs, outputs and value_info carry the Graph's types and shapes: the parts are specialised to the input
-  spec they were analysed for (static shapes, what an accelerator compiler wants);
+- every input and output is typed: element type and rank from the Graph; dims as the full model has them
+  (onnx's inference over the model as declared: a dim the model leaves symbolic stays symbolic, so the parts
+  accept what full.onnx accepts, and ONNX Runtime infers their bodies as it does the full model's: a
+  value-dependent If whose dead branch is shape-invalid for the concrete inputs still loads), the Graph's
+  concrete dims where that inference knows nothing (the tensors it leaves untyped);
 - IR version < 4 (Model Zoo era): that IR requires every initializer to be listed as a graph input too, so the
   parts list them (as the full model does). The IR is kept rather than raised: the parts then behave in ONNX
   Runtime exactly like the full model (overridable initializers, the same optimizations), so their latencies
@@ -29,10 +32,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, shape_inference
 
 from .errors import StageError
 from .graph import Graph, _unique_names, constant_tensors
+from .onnx_io import all_tensors, read_light
 from .provenance import same_inputs
 from .split_runner import check, session
 
@@ -95,6 +99,44 @@ def _typed(vi: onnx.ValueInfoProto) -> bool:
     return kind is not None
 
 
+def _value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    gm = model.graph
+    return {vi.name: vi for vi in list(gm.input) + list(gm.value_info) + list(gm.output)}
+
+
+def _declared_types(path: Path) -> dict[str, onnx.ValueInfoProto]:
+    """onnx's shape inference over the model as its file declares it (weights not read)."""
+    light = read_light(path).model
+    try:
+        light = shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - the Graph's types stand in
+        pass
+    return _value_infos(light)
+
+
+def _same_kind(a: onnx.ValueInfoProto, b: onnx.ValueInfoProto) -> bool:
+    """Same element type and rank (tensors), or the same kind of type (sequences, maps, optionals)."""
+    if a.type.WhichOneof("value") != b.type.WhichOneof("value"):
+        return False
+    if a.type.WhichOneof("value") != "tensor_type":
+        return True
+    ta, tb = a.type.tensor_type, b.type.tensor_type
+    return ta.elem_type == tb.elem_type and len(ta.shape.dim) == len(tb.shape.dim)
+
+
+def _clean(vi: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+    """A declared type with the dims some exporters write as -1 (meaning dynamic) made unknown."""
+    if vi.type.WhichOneof("value") != "tensor_type" or \
+            all(d.dim_value >= 0 for d in vi.type.tensor_type.shape.dim):
+        return vi
+    c = onnx.ValueInfoProto()
+    c.CopyFrom(vi)
+    for d in c.type.tensor_type.shape.dim:
+        if d.HasField("dim_value") and d.dim_value < 0:
+            d.Clear()
+    return c
+
+
 def original_nodes(g: Graph, model: onnx.ModelProto, path: Path) -> list[onnx.NodeProto]:
     """The model file's nodes (weights and bodies intact) in the Graph's topological order. graph.onnx keeps the
     file's node list, so the Graph's unique node ids name the same nodes in both."""
@@ -124,8 +166,8 @@ class SplitExporter:
         self.nodes = original_nodes(g, self.model, self.path)
         self.weights = {t.name: t for t in self.model.graph.initializer}
         self.sparse = {t.values.name: t for t in self.model.graph.sparse_initializer}
-        gm = g.model.graph
-        self.types = {vi.name: vi for vi in list(gm.input) + list(gm.value_info) + list(gm.output)}
+        self.types = _value_infos(g.model)              # the Graph's: concrete, complete
+        self.declared = _declared_types(self.path)       # the model as declared: symbolic where it is
 
     @property
     def initializers_as_inputs(self) -> bool:
@@ -134,7 +176,8 @@ class SplitExporter:
     def export(self, b: int, out_dir: Path) -> dict:
         iface = split_interface(self.g, b, self.consts)
         if not iface["cut_tensors"] and not iface["left_graph_outputs"]:
-            raise StageError(f"boundary {b}: nothing crosses it (the right part does not depend on the left)")
+            raise StageError(f"boundary {b}: nothing crosses it (the right part needs nothing the left computes: "
+                             f"weights and constants travel with the part that uses them; 07 counts 0 cut tensors)")
         p1_out = iface["cut_tensors"] + iface["left_graph_outputs"]
         p2_out = [t for t in self.g.graph_outputs if t not in set(p1_out)]
         if not p2_out:
@@ -177,18 +220,21 @@ class SplitExporter:
                                  f"type in stage 02's graph.onnx (its shape-resolving run failed?): re-run 02, with "
                                  f"the real inputs (--inputs-npz) if the model needs them")
             io[t] = vi
-        internal = [o for p in positions for o in self.g.nodes[p].output if o and o not in io and o in self.types]
+        internal = [o for p in positions for o in self.g.nodes[p].output if o and o not in io and o in self.declared]
         return self._assemble(name, positions, [io[t] for t in inputs], [io[t] for t in outputs], weights,
-                              [self.types[t] for t in internal])
+                              [self.declared[t] for t in internal if _typed(self.declared[t])])
 
     def _vi(self, t: str) -> onnx.ValueInfoProto | None:
-        vi = self.types.get(t)
-        if vi is not None and _typed(vi):
-            return vi
+        """The declared type when it agrees with the Graph's (element type, rank), else the Graph's."""
         if t in self.weights:
             w = self.weights[t]
             return helper.make_tensor_value_info(t, w.data_type, list(w.dims))
-        return None
+        vi, decl = self.types.get(t), self.declared.get(t)
+        if vi is None or not _typed(vi):
+            return _clean(decl) if decl is not None and _typed(decl) else None
+        if decl is not None and _typed(decl) and _same_kind(decl, vi):
+            return _clean(decl)
+        return vi
 
     def _assemble(self, name, positions, inputs, outputs, weights, value_info) -> onnx.ModelProto:
         src = self.model
@@ -224,20 +270,6 @@ class SplitExporter:
 
 
 # ---------------------------------------------------------------- weights stored outside the model file
-
-def all_tensors(graph: onnx.GraphProto):
-    """Every TensorProto of a graph: initializers and Constant/attribute tensors, in bodies too."""
-    yield from graph.initializer
-    for n in graph.node:
-        for a in n.attribute:
-            if a.HasField("t"):
-                yield a.t
-            yield from a.tensors
-            if a.HasField("g"):
-                yield from all_tensors(a.g)
-            for sub in a.graphs:
-                yield from all_tensors(sub)
-
 
 def _location(t: onnx.TensorProto) -> str | None:
     if t.data_location != onnx.TensorProto.EXTERNAL:
@@ -374,16 +406,14 @@ META = "split_meta.json"
 
 
 def write_runner(split_dir: Path, meta: dict, inputs_npz: str | None = None) -> None:
-    """run_split.py and split_meta.json; with the input spec's --inputs-npz, its arrays as inputs.npz (hardlinked
-    or copied) so that the folder validates on its own with the values 08 used."""
+    """run_split.py and split_meta.json; with the input spec's --inputs-npz, a copy of it as inputs.npz so that
+    the folder validates on its own with the values 08 used (a copy, not a link: the runner's
+    --save-inputs-npz writing there must never rewrite the user's file)."""
     shutil.copy2(RUNNER, split_dir / "run_split.py")
     npz = split_dir / "inputs.npz"
     npz.unlink(missing_ok=True)
     if inputs_npz:
-        try:
-            os.link(inputs_npz, npz)
-        except OSError:
-            shutil.copy2(inputs_npz, npz)
+        shutil.copyfile(inputs_npz, npz)
     meta = {**meta, "inputs_npz": npz.name if inputs_npz else None}
     tmp = split_dir / f".{META}.tmp"
     tmp.write_text(json.dumps(meta, indent=2) + "\n")
@@ -436,13 +466,16 @@ def earlier_splits(rdir: Path, ident: dict, previous: dict | None, now: set[int]
         meta = read_meta(d)
         if b in now or meta is None or not same_identity(meta.get("identity"), ident):
             continue
-        rep = prev.get(b)
+        rep = prev.get(b) if not meta.get("error") else \
+            {"boundary": b, "pass": False, "max_abs_diff": None, "error": meta["error"]}
+        if rep is not None and rep.get("exported_by_run") not in (None, meta.get("run_id")):
+            rep = None         # the folder was exported again since that report: its own report says more
         if rep is None:
             try:
                 rep = {"boundary": b, **json.loads((d / "validation_report.json").read_text())}
             except (OSError, ValueError):
                 rep = {"boundary": b, "pass": False, "max_abs_diff": None, "error": "no readable validation report"}
-        out.append({**rep, "this_run": False, "exported_by_run": meta.get("run_id")})
+        out.append({"after_node": meta.get("after_node"), **rep, "this_run": False, "exported_by_run": meta.get("run_id")})
     return out
 
 
@@ -468,13 +501,13 @@ def export_one(exporter: SplitExporter, b: int, out: Path, feeds: dict, opts: di
         rep = {"boundary": b, "after_node": g.names[b],
                **validate(out, feeds, opts["atol"], opts["rtol"], opts["runs"], iface["cut_tensors"], g,
                           exporter.model, opts.get("hint", ""))}
-    except ModelRunError:
-        raise
     except StageError as e:
         rep = {"boundary": b, "after_node": g.names[b], "pass": False, "max_abs_diff": None, "error": str(e)}
         out.mkdir(parents=True, exist_ok=True)
         write_json({"boundary": b, **meta, "error": str(e)}, out / META)
         write_json(rep, out / "validation_report.json")
+        if isinstance(e, ModelRunError):
+            raise
         return {**rep, "this_run": True, "exported_by_run": meta.get("run_id")}
     if opts.get("diagram", "none") != "none":
         rep["diagram"] = [f.name for f in render(g, b, iface["cut_tensors"], out, opts.get("hops", 1), opts["diagram"])]
@@ -487,6 +520,26 @@ def summary(reports: list[dict]) -> dict:
     diffs = [r["max_abs_diff"] for r in reports if r.get("max_abs_diff") is not None]
     return {"all_pass": all(r.get("pass") is True for r in reports), "worst_max_abs_diff": max(diffs, default=0.0),
             "failed": [r["boundary"] for r in reports if r.get("pass") is not True]}
+
+
+def split_line(r: dict) -> str:
+    if r.get("error"):
+        return f"  b{r['boundary']}: FAIL {r['error']}"
+    lat = r["latency_median"]
+    return (f"  b{r['boundary']}: {'PASS' if r['pass'] else 'FAIL'} max|diff| {r['max_abs_diff']:.2e}; "
+            f"{len(r['cut_tensors'])} cut tensors, {r['comm_bytes'] / 1024:.1f} KiB; full {lat['full_us'] / 1e3:.2f} ms, "
+            f"part1 {lat['part1_us'] / 1e3:.2f} ms + part2 {lat['part2_us'] / 1e3:.2f} ms "
+            f"(run back to back: {lat['composed_us'] / 1e3:.2f} ms)")
+
+
+def closing_line(reports: list[dict], kept: list[dict], s: dict, atol: float, path: Path) -> str:
+    """What the stage did and what the report holds."""
+    earlier = f"{len(kept)} earlier splits ({', '.join('b%d' % r['boundary'] for r in kept)})"
+    if not reports:
+        return ("nothing to split: no boundary is ranked (07 pruned them all: see candidate_pruning.json, or pass "
+                "--boundary B); " + (f"{path} keeps {earlier}" if kept else f"wrote an empty report {path}"))
+    return (f"{len(reports)} splits exported, {sum(r['pass'] is True for r in reports)} validated; worst max |diff| "
+            f"{s['worst_max_abs_diff']:.2e} (atol {atol:g}); wrote {path}" + (f", which also keeps {earlier}" if kept else ""))
 
 
 # ---------------------------------------------------------------- benchmark set

@@ -128,7 +128,6 @@ class Graph:
     node_inputs: list[list[str]] = field(default_factory=list)    # per position: inputs incl. implicit, no ""
     node_outputs: list[list[str]] = field(default_factory=list)   # per position: outputs, no ""
     values: dict[str, np.ndarray] = field(default_factory=dict)  # small tensors whose values are known
-    loop_trips: dict[str, int] = field(default_factory=dict)     # Loop first output -> executed trip count
     shape_source: dict[str, str] = field(default_factory=dict)   # tensor -> where its shape came from
     views: list[NodeView] = field(default_factory=list)          # per position: the node's fields, read once
 

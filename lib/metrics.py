@@ -12,8 +12,8 @@ from .graph import CONTROL_FLOW, Graph, constant_tensors, dtype_name, shape_tens
 from .op_costs import SHAPE_OPS, lookup, op_key
 
 METRIC_COLUMNS = ["node", "op_type", "topo_idx", "flops", "macs", "act_in_bytes", "act_out_bytes",
-                  "weight_bytes", "dtype", "out_shapes", "cost_known", "shape_op", "op_class", "mac_dtype",
-                  "shape_source", "cost_note", "layer"]
+                  "weight_bytes", "dtype", "out_shapes", "cost_known", "bytes_known", "shape_op", "op_class",
+                  "mac_dtype", "shape_source", "cost_note", "layer"]
 
 
 def _bytes(tensors, names) -> int | None:
@@ -105,7 +105,8 @@ def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
             g.names[pos], op_key(n), pos, np.nan if cost is None else cost[0], macs,
             np.nan if act_in is None else act_in, np.nan if act_out is None else act_out, w,
             dtype_name(main.elem_type) if main is not None else "unknown", _shapes_text(tensors, outs),
-            cost is not None, n.op_type in SHAPE_OPS or bool(outs) and all(o in shp for o in outs),
+            cost is not None, act_in is not None and act_out is not None,
+            n.op_type in SHAPE_OPS or bool(outs) and all(o in shp for o in outs),
             "other" if op is None else (op.op_class(n, g) if callable(op.op_class) else op.op_class),
             # integer MACs stay MACs: the element type they are done in (the weight operand's)
             _mac_dtype(n, g) if cost is not None and macs > 0 else "",
@@ -177,7 +178,7 @@ def summarize(df: pd.DataFrame) -> dict:
         "act_out_bytes": float(df["act_out_bytes"].sum()),
         "unknown_cost_nodes": int(len(unknown)),
         "unknown_cost_ops": {str(k): int(v) for k, v in unknown.value_counts().sort_index().items()},
-        "unknown_size_nodes": int(df[["act_in_bytes", "act_out_bytes"]].isna().any(axis=1).sum()),
+        "unknown_size_nodes": int((~df["bytes_known"]).sum()),
         "upper_bound_nodes": int(df["cost_note"].str.startswith("upper bound").sum()),
         "shape_source": {str(k): int(v) for k, v in df["shape_source"].value_counts().sort_index().items()},
         "op_counts": {str(k): int(v) for k, v in df["op_type"].value_counts().sort_index().items()},

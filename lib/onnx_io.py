@@ -169,7 +169,7 @@ def read_light(path: str | Path) -> LightModel:
     return LightModel(model, path, hashlib.sha256(data).hexdigest(), size)
 
 
-def _tensors(graph: onnx.GraphProto):
+def all_tensors(graph: onnx.GraphProto):
     """Every TensorProto of a graph: initializers and Constant/attribute tensors, in subgraphs too."""
     yield from graph.initializer
     for n in graph.node:
@@ -178,19 +178,22 @@ def _tensors(graph: onnx.GraphProto):
                 yield a.t
             yield from a.tensors
             if a.HasField("g"):
-                yield from _tensors(a.g)
+                yield from all_tensors(a.g)
             for sub in a.graphs:
-                yield from _tensors(sub)
+                yield from all_tensors(sub)
 
 
 def check_external_data(model: onnx.ModelProto, path: Path) -> None:
     """Refuse, before any read, external data that would resolve outside the model's folder (absolute paths,
-    '..', symlinks pointing out): a model file must not make us read /etc/passwd."""
+    '..', symlinks pointing out: a model file must not make us read /etc/passwd), and external data that is
+    missing or shorter than the model says (found with stat alone: the weights are never read here)."""
     base = path.resolve().parent
-    for t in _tensors(model.graph):
+    sizes: dict[Path, int] = {}
+    for t in all_tensors(model.graph):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
-        loc = next((e.value for e in t.external_data if e.key == "location"), None)
+        ext = {e.key: e.value for e in t.external_data}
+        loc = ext.get("location")
         if loc == STRIPPED:
             continue
         if not loc:
@@ -200,6 +203,14 @@ def check_external_data(model: onnx.ModelProto, path: Path) -> None:
             raise StageError(f"{path}: tensor {t.name!r} points at external data outside the model's folder ({loc!r})")
         if target.exists() and base not in target.resolve().parents:
             raise StageError(f"{path}: external data {loc!r} of tensor {t.name!r} is a link to outside the model's folder")
+        if target not in sizes:
+            if not target.is_file():
+                raise StageError(f"{path}: external data file {loc!r} (tensor {t.name!r}) not found next to the model")
+            sizes[target] = target.stat().st_size
+        end = int(ext.get("offset", 0) or 0) + int(ext.get("length", 0) or 0)
+        if end > sizes[target]:
+            raise StageError(f"{path}: tensor {t.name!r} reads bytes up to {end} of {loc!r}, which holds "
+                             f"{sizes[target]}: the external data is truncated")
 
 
 def stripped_bytes(t: onnx.TensorProto) -> int | None:

@@ -28,7 +28,7 @@ import onnx
 import pandas as pd
 
 from .errors import StageError
-from .graph import Graph
+from .graph import CONTROL_FLOW, Graph
 from .op_costs import is_mac_op, node_cost, op_key
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
@@ -91,18 +91,43 @@ def profile_model(model_path: str, feeds: dict[str, np.ndarray], *, provider="cp
         optimized = onnx.load(opt_path, load_external_data=False) if os.path.exists(opt_path) else None
         if keep_dir is not None:
             _keep(Path(prof_file), Path(opt_path), Path(keep_dir))
-    runs_ev = [e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
-    runs_ev.sort(key=lambda e: e["ts"])
+    per_run, inside = kernel_times(events, warmup)
+    return {"per_run": per_run, "wall_us": wall, "optimized": optimized, "inside": inside,
+            "kernel_ops": {e["name"][: -len("_kernel_time")]: e.get("args", {}).get("op_name", "")
+                           for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")}}
+
+
+def kernel_times(events: list[dict], warmup: int) -> tuple[list[dict[str, float]], dict]:
+    """Kernel time per measured run (us per kernel name) from ORT's profiler events.
+
+    A kernel that runs inside an If/Loop/Scan body appears under the body node's name, during the enclosing
+    control-flow kernel (same thread), whose own duration already includes it: it is not counted again, and
+    {"of": {body kernel: enclosing top-level kernel}, "us": [per run: {enclosing kernel: time of its body
+    kernels}]} says which top-level kernel ran it (a nested If inside a body counts for the outermost)."""
+    runs_ev = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
+                     key=lambda e: e["ts"])
     windows = [(e["ts"], e["ts"] + e["dur"]) for e in runs_ev][warmup:]
-    kernels = [e for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")]
+    kernels = sorted((e for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")),
+                     key=lambda e: (e["ts"], -e["dur"]))
     per_run: list[dict[str, float]] = [defaultdict(float) for _ in windows]
+    inside_us: list[dict[str, float]] = [defaultdict(float) for _ in windows]
+    of: dict[str, str] = {}
     starts = np.array([w[0] for w in windows])
+    open_cf: dict = {}                      # thread -> (end, name) of the outermost control-flow kernel running
     for e in kernels:
         k = int(np.searchsorted(starts, e["ts"], side="right")) - 1
-        if 0 <= k < len(windows) and e["ts"] <= windows[k][1]:
-            per_run[k][e["name"][: -len("_kernel_time")]] += float(e["dur"])
-    return {"per_run": [dict(d) for d in per_run], "wall_us": wall, "optimized": optimized,
-            "kernel_ops": {e["name"][: -len("_kernel_time")]: e.get("args", {}).get("op_name", "") for e in kernels}}
+        if not (0 <= k < len(windows) and e["ts"] <= windows[k][1]):
+            continue
+        name, tid = e["name"][: -len("_kernel_time")], e.get("tid")
+        cur = open_cf.get(tid)
+        if cur is not None and e["ts"] < cur[0]:
+            of[name] = cur[1]
+            inside_us[k][cur[1]] += float(e["dur"])
+            continue
+        per_run[k][name] += float(e["dur"])
+        if e.get("args", {}).get("op_name") in CONTROL_FLOW:
+            open_cf[tid] = (e["ts"] + e["dur"], name)
+    return [dict(d) for d in per_run], {"of": of, "us": [dict(d) for d in inside_us]}
 
 
 def _keep(trace: Path, optimized: Path, dest: Path) -> None:
@@ -140,88 +165,147 @@ def _work(node, g: Graph) -> tuple[float, float]:
     return (0.0, 0.0) if c is None else (c[1], c[0])
 
 
-def attribute(g: Graph, optimized: onnx.ModelProto | None, kernel_names: list[str]) -> dict:
-    """Map optimized-graph kernels onto original node positions (see the module docstring).
+class _Attribution:
+    """The state of one mapping of kernels onto original node positions (see attribute())."""
 
-    Returns {"anchor": {kernel: pos or None}, "fused_into": {pos: anchor pos}}.
-    """
-    node_index = {n: i for i, n in enumerate(g.names)}
-    opt_nodes = {n.name: n for n in optimized.graph.node} if optimized is not None else {}
-    opt_order = {n.name: i for i, n in enumerate(optimized.graph.node)} if optimized is not None else {}
-    tensor_of: dict[str, str | None] = {}
-    exact: dict[str, bool] = {}
-    for k in kernel_names:
-        n = opt_nodes.get(k)
-        if k in node_index and (n is None or n.op_type == g.nodes[node_index[k]].op_type):
-            tensor_of[k], exact[k] = next((o for o in g.nodes[node_index[k]].output if o), None), True
-        else:
-            tensor_of[k], exact[k] = _original_tensor(k, list(n.output) if n is not None else [], g, node_index)
-    materialized = {t for t in tensor_of.values() if t}
-    stop = set(g.initializers) | set(g.graph_inputs)
-    owner: dict[int, str] = {}          # original node position -> kernel that ran it
-    anchor: dict[str, int | None] = {k: None for k in kernel_names}
-    fused_into: dict[int, int] = {}
+    def __init__(self, g: Graph, optimized: onnx.ModelProto | None, kernel_names: list[str]):
+        self.g, self.kernels = g, kernel_names
+        self.node_index = {n: i for i, n in enumerate(g.names)}
+        self.opt_nodes = {n.name: n for n in optimized.graph.node} if optimized is not None else {}
+        self.opt_order = {n.name: i for i, n in enumerate(optimized.graph.node)} if optimized is not None else {}
+        self.tensor_of: dict[str, str | None] = {}
+        self.exact: dict[str, bool] = {}
+        for k in kernel_names:
+            n = self.opt_nodes.get(k)
+            if k in self.node_index and (n is None or n.op_type == g.nodes[self.node_index[k]].op_type):
+                self.tensor_of[k] = next((o for o in g.nodes[self.node_index[k]].output if o), None)
+                self.exact[k] = True
+            else:
+                self.tensor_of[k], self.exact[k] = _original_tensor(k, list(n.output) if n is not None else [], g,
+                                                                    self.node_index)
+        self.owner: dict[int, str] = {}          # original node position -> kernel that ran it
+        self.anchor: dict[str, int | None] = {k: None for k in kernel_names}
+        self.fused_into: dict[int, int] = {}
 
-    def cover(k: str, group: list[int]) -> None:
-        best = max(group, key=lambda p: (_work(g.nodes[p], g), -p))
-        anchor[k] = best
+    def cover(self, k: str, group: list[int]) -> None:
+        best = max(group, key=lambda p: (_work(self.g.nodes[p], self.g), -p))
+        self.anchor[k] = best
         for pos in group:
-            owner[pos] = k
+            self.owner[pos] = k
             if pos != best:
-                fused_into[pos] = best
+                self.fused_into[pos] = best
 
-    # exactly named kernels first (their walk back is precise), then name-derived ones; layout kernels later
-    computing = [k for k in kernel_names if tensor_of[k] and opt_nodes.get(k, None) is not None
-                 and opt_nodes[k].op_type not in LAYOUT_KERNELS or (tensor_of[k] and k not in opt_nodes)]
-    for k in sorted(computing, key=lambda k: not exact[k]):
-        start = g.producer[tensor_of[k]]
-        if start in owner:            # a second kernel for the same tensor: share its anchor
-            anchor[k] = anchor[owner[start]]
-            continue
-        group, stack = [], [start]
-        while stack:
-            pos = stack.pop()
-            if pos in owner or pos in group:
+    def computing(self) -> None:
+        """Kernels with an original tensor: exactly named ones first (their walk back is precise), then
+        name-derived ones; each covers the nodes back to a tensor another kernel materializes."""
+        g, opt = self.g, self.opt_nodes
+        materialized = {t for t in self.tensor_of.values() if t}
+        stop = set(g.initializers) | set(g.graph_inputs)
+        todo = [k for k in self.kernels if self.tensor_of[k] and (k not in opt or opt[k].op_type not in LAYOUT_KERNELS)]
+        for k in sorted(todo, key=lambda k: not self.exact[k]):
+            start = g.producer[self.tensor_of[k]]
+            if start in self.owner:            # a second kernel for the same tensor: share its anchor
+                self.anchor[k] = self.anchor[self.owner[start]]
                 continue
-            group.append(pos)
-            # a name-derived kernel is one heavy op plus its epilogue: never walk back past the heavy op
-            if not exact[k] and is_mac_op(g.nodes[pos]):
+            group, stack = [], [start]
+            while stack:
+                pos = stack.pop()
+                if pos in self.owner or pos in group:
+                    continue
+                group.append(pos)
+                # a name-derived kernel is one heavy op plus its epilogue: never walk back past the heavy op
+                if not self.exact[k] and is_mac_op(g.nodes[pos]):
+                    continue
+                for inp in g.nodes[pos].input:
+                    if inp and inp not in stop and inp not in materialized and inp in g.producer:
+                        stack.append(g.producer[inp])
+            self.cover(k, group)
+
+    def epilogues(self) -> None:
+        """Relu/Add/BN fused after a kernel whose name gave only its first tensor: forward fill; the kernel that
+        ran last among the producers is the one that consumed the others (Conv+Sum)."""
+        g = self.g
+        for pos in range(len(g.nodes)):
+            if pos in self.owner:
                 continue
-            for inp in g.nodes[pos].input:
-                if inp and inp not in stop and inp not in materialized and inp in g.producer:
-                    stack.append(g.producer[inp])
-        cover(k, group)
-    # epilogues (Relu/Add/BN fused after a kernel whose name gave only its first tensor): forward fill
-    for pos in range(len(g.nodes)):
-        if pos in owner:
-            continue
-        preds = [p for p in g.preds(pos) if p in owner]
-        if preds:
-            # the kernel that ran last among the producers is the one that consumed the others (Conv+Sum)
-            k = max((owner[p] for p in preds), key=lambda kk: (opt_order.get(kk, -1), g.producer[tensor_of[kk]]))
-            owner[pos] = k
-            fused_into[pos] = anchor[k]
-    # kernels with no original tensor of their own (layout Reorder*, copies): a neighbour's anchor,
-    # producers first (a ReorderOutput converts what its producer computed), then consumers
-    if optimized is not None:
+            preds = [p for p in g.preds(pos) if p in self.owner]
+            if preds:
+                k = max((self.owner[p] for p in preds),
+                        key=lambda kk: (self.opt_order.get(kk, -1), g.producer[self.tensor_of[kk]]))
+                self.owner[pos] = k
+                self.fused_into[pos] = self.anchor[k]
+
+    def neighbours(self, optimized: onnx.ModelProto) -> None:
+        """Kernels with no original tensor of their own (layout Reorder*, copies): a neighbour's anchor,
+        producers first (a ReorderOutput converts what its producer computed), then consumers."""
         prod = {o: n.name for n in optimized.graph.node for o in n.output}
         cons = defaultdict(list)
         for n in optimized.graph.node:
             for i in n.input:
                 cons[i].append(n.name)
-        for _ in range(len(kernel_names)):
+        for _ in range(len(self.kernels)):
             changed = False
-            for k in kernel_names:
-                if anchor.get(k) is not None or k not in opt_nodes:
+            for k in self.kernels:
+                if self.anchor.get(k) is not None or k not in self.opt_nodes:
                     continue
-                n = opt_nodes[k]
+                n = self.opt_nodes[k]
                 near = [prod[i] for i in n.input if i in prod] + [c for o in n.output for c in cons.get(o, ())]
-                got = next((anchor[m] for m in near if anchor.get(m) is not None), None)
+                got = next((self.anchor[m] for m in near if self.anchor.get(m) is not None), None)
                 if got is not None:
-                    anchor[k], changed = got, True
+                    self.anchor[k], changed = got, True
             if not changed:
                 break
-    return {"anchor": anchor, "fused_into": fused_into}
+
+    def bodies(self) -> None:
+        """Kernels still unmapped whose name is a node of an If/Loop/Scan body (ORT ran it outside the
+        control-flow kernel, e.g. a branch it inlined): the enclosing top-level node."""
+        owners = body_nodes(self.g)
+        for k in self.kernels:
+            if self.anchor.get(k) is None:
+                pos = next((owners[c] for c in _name_candidates(k) if c in owners), None)
+                if pos is not None:
+                    self.anchor[k] = pos
+
+
+def body_nodes(g: Graph) -> dict[str, int]:
+    """Every node name inside a control-flow node's bodies (nested bodies too) -> the top-level position."""
+    out: dict[str, int] = {}
+
+    def walk(graph: onnx.GraphProto, pos: int) -> None:
+        for n in graph.node:
+            if n.name:
+                out.setdefault(n.name, pos)
+            for a in n.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    walk(sub, pos)
+    for pos, n in enumerate(g.nodes):
+        if n.op_type in CONTROL_FLOW:
+            for a in n.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    walk(sub, pos)
+    return out
+
+
+def _name_candidates(k: str) -> list[str]:
+    """A kernel's name, without ORT's 'fused ' prefix and '/<Fusion>' suffix, and its '_'-prefixes."""
+    base = k[len("fused "):] if k.startswith("fused ") else k
+    base = base.split("/")[0] if "/" in base and base.rsplit("/", 1)[-1].endswith("Fusion") else base
+    parts = base.split("_")
+    return [k, base] + ["_".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+
+
+def attribute(g: Graph, optimized: onnx.ModelProto | None, kernel_names: list[str]) -> dict:
+    """Map optimized-graph kernels onto original node positions (see the module docstring).
+
+    Returns {"anchor": {kernel: pos or None}, "fused_into": {pos: anchor pos}}.
+    """
+    att = _Attribution(g, optimized, kernel_names)
+    att.computing()
+    att.epilogues()
+    att.bodies()
+    if optimized is not None:
+        att.neighbours(optimized)
+    return {"anchor": att.anchor, "fused_into": att.fused_into}
 
 
 def latency_table(g: Graph, prof: dict) -> tuple[pd.DataFrame, dict]:
@@ -275,8 +359,28 @@ def latency_table(g: Graph, prof: dict) -> tuple[pd.DataFrame, dict]:
         "nodes_with_kernel": int(sum(1 for r in rows if r["attribution"] == "kernel")),
         "nodes_fused": int(sum(1 for r in rows if r["attribution"] == "fused")),
         "nodes_not_run": int(sum(1 for r in rows if r["attribution"] == "not_run")),
+        "inside_control_flow": _inside(g, att["anchor"], prof.get("inside")),
     }
     return pd.DataFrame(rows), summary
+
+
+def _inside(g: Graph, anchor: dict, inside: dict | None) -> dict:
+    """Per control-flow node: the kernels ORT ran inside its bodies and their median time per run (already
+    part of the node's own kernel time, never counted twice)."""
+    if not inside or not inside.get("of"):
+        return {}
+    out: dict[str, dict] = {}
+    for body_kernel, container in sorted(inside["of"].items()):
+        pos = anchor.get(container)
+        node = g.names[pos] if pos is not None else container
+        out.setdefault(node, {"kernels": [], "container_kernels": set()})
+        out[node]["kernels"].append(body_kernel)
+        out[node]["container_kernels"].add(container)
+    for node, d in out.items():
+        per_run = [sum(r.get(c, 0.0) for c in d["container_kernels"]) for r in inside["us"]]
+        d["median_us"] = float(np.median(per_run)) if per_run else 0.0
+        d["container_kernels"] = sorted(d["container_kernels"])
+    return out
 
 
 def percentiles(values: list[float]) -> dict:

@@ -14,19 +14,24 @@ sym_shape_infer_temp.onnx into the working directory; we drive it ourselves).
 from __future__ import annotations
 
 import importlib.util
-from itertools import chain
+import json
 import logging
 import math
+import subprocess
+import sys
+import tempfile
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper, shape_inference
+from onnx import helper, numpy_helper, shape_inference
 
 from .errors import StageError
 from .graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS
 
 EXECUTE_MAX_FILE_BYTES = 1_800_000_000    # a single protobuf holds < 2 GB: bigger models are not executed
+EXECUTE_TIMEOUT_S = 60                    # the one run of the last resort; longer is reported, not waited for
 
 
 def _complete(vi) -> bool:
@@ -227,33 +232,30 @@ def load_full(path: Path) -> onnx.ModelProto:
         raise ExecutionFailed(f"cannot read its weights: {type(e).__name__}") from None
 
 
-def execute(full: onnx.ModelProto, feeds: dict, want: list[str]) -> tuple[dict, dict]:
-    """Shapes, element types and small values of the `want` tensors (and of If conditions) from one ORT run of
-    the real model with every intermediate tensor exposed as an output: ({name: (shape, elem_type)},
-    {name: small integer/bool value})."""
-    import onnxruntime as ort
+def execute(full: onnx.ModelProto, feeds: dict, want: list[str], timeout_s: float = EXECUTE_TIMEOUT_S
+            ) -> tuple[dict, dict]:
+    """Shapes, element types and small values of the `want` tensors (and of If conditions / Loop counts) from
+    one ORT run of the real model with every intermediate tensor exposed as an output, in a separate process
+    with a time limit (lib/shape_worker.py): ({name: (shape, elem_type)}, {name: small integer/bool value})."""
     full = _copy(full)
     have = {o.name for o in full.graph.output} | {i.name for i in full.graph.input}
     extra = [t for t in dict.fromkeys(list(want) + _control_inputs(full)) if t and t not in have]
     full.graph.output.extend(helper.ValueInfoProto(name=t) for t in extra)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 4
-    try:
-        sess = ort.InferenceSession(full.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        names = [o.name for o in sess.get_outputs()]
-        outs = sess.run(names, feeds)
-    except Exception as e:  # noqa: BLE001
-        raise ExecutionFailed(" ".join(str(e).split())[:300]) from None
-    shapes, vals = {}, {}
-    for name, v in zip(names, outs):
-        if isinstance(v, np.ndarray):
-            try:
-                shapes[name] = (list(v.shape), helper.np_dtype_to_tensor_dtype(v.dtype))
-            except Exception:  # noqa: BLE001 - object arrays (strings)
-                continue
-            if v.size <= MAX_VALUE_ELEMENTS and v.dtype.kind in "biu":
-                vals[name] = v
+    with tempfile.TemporaryDirectory(prefix="nnperf_exec_") as tmp:
+        probe, npz = Path(tmp) / "probe.onnx", Path(tmp) / "feeds.npz"
+        probe.write_bytes(full.SerializeToString())
+        del full
+        np.savez(npz, **feeds)
+        try:
+            r = subprocess.run([sys.executable, str(Path(__file__).with_name("shape_worker.py")), str(probe), str(npz),
+                                tmp], capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise ExecutionFailed(f"it did not finish in {timeout_s:.0f} s") from None
+        if r.returncode != 0:
+            raise ExecutionFailed((r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1][:300])
+        shapes = {k: (v[0], v[1]) for k, v in json.loads((Path(tmp) / "shapes.json").read_text()).items()}
+        with np.load(Path(tmp) / "values.npz", allow_pickle=False) as d:
+            vals = {str(n): d[f"v{k}"] for k, n in enumerate(d["__names__"])}
     return shapes, vals
 
 

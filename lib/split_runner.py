@@ -3,10 +3,13 @@
 
 Runs full.onnx, part1.onnx, part2.onnx and the composition part2(part1(x)) on the same inputs, checks that
 the composition reproduces the full model, times each, and writes validation_report.json here.
+The inputs: inputs.npz when the folder has one (the real values stage 08 validated with) and neither --seed
+nor --shape-override is given, else seeded random ones shaped as split_meta.json's input_shapes (or
+--shape-override: the parts keep the dims the model declares symbolic).
 
     python run_split.py --provider cpu --runs 20
-    python run_split.py --seed 0 --save-inputs-npz inputs.npz      # reproducible inputs ...
-    python run_split.py --inputs-npz inputs.npz                     # ... fed back later
+    python run_split.py --seed 0 --save-inputs-npz my_inputs.npz   # reproducible inputs ...
+    python run_split.py --inputs-npz my_inputs.npz                  # ... fed back later
     python run_split.py --dump-interface right --dump-interface-out iface   # -> iface_right.npz
     python run_split.py --shape-override "input_ids=1x128 attention_mask=1x128"
 
@@ -40,7 +43,7 @@ def session(name, provider, ort, folder=HERE):
     if not path.exists():
         raise RuntimeError(f"{path} not found (run this script inside its split folder)")
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4    # fatal only: a failed run prints our one line, not ORT's log
     # three sessions share the cores: idle ORT threads must not spin and steal time from the one running
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     providers = [PROVIDERS[provider]]
@@ -86,6 +89,35 @@ def make_inputs(sess, meta, seed, overrides):
     return feeds
 
 
+def value_inputs(sess):
+    """Inputs that probably need real values when random ones fail: integer/bool scalars and tiny tensors."""
+    small = lambda shape: all(isinstance(d, int) and d <= 4 for d in shape)  # noqa: E731
+    return [i.name for i in sess.get_inputs() if i.type in ("tensor(int64)", "tensor(int32)", "tensor(bool)")
+            and small(i.shape)]
+
+
+def load_npz(path, sess):
+    try:
+        data = dict(np.load(path, allow_pickle=False))
+    except Exception as e:  # noqa: BLE001
+        fail(f"--inputs-npz {path} is not a readable .npz ({type(e).__name__})")
+    missing = [i.name for i in sess.get_inputs() if i.name not in data]
+    if missing:
+        fail(f"--inputs-npz {path} lacks inputs {missing}")
+    return {i.name: data[i.name] for i in sess.get_inputs()}
+
+
+def choose_inputs(a, meta, full):
+    """(feeds, where they came from)."""
+    npz = a.inputs_npz
+    if npz is None and a.seed is None and not a.shape_override and meta.get("inputs_npz") \
+            and (HERE / meta["inputs_npz"]).exists():
+        npz = str(HERE / meta["inputs_npz"])
+    if npz:
+        return load_npz(npz, full), npz
+    return make_inputs(full, meta, 0 if a.seed is None else a.seed, parse_overrides(a.shape_override)), None
+
+
 def median_us(fn, runs):
     ts = []
     for _ in range(runs):
@@ -128,11 +160,12 @@ def check(full, p1, p2, feeds, atol, rtol, runs):
     return report, mid, feed2
 
 
-def main():
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--provider", choices=sorted(PROVIDERS), default="cpu")
     p.add_argument("--runs", type=int, default=10, help="timed runs of each model (default 10)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--seed", type=int, default=None, help="seed of random inputs (default: inputs.npz when the "
+                   "folder has one, else random inputs with seed 0)")
     p.add_argument("--inputs-npz", help="feed these arrays instead of random ones")
     p.add_argument("--save-inputs-npz", help="save the inputs used to this .npz")
     p.add_argument("--dump-interface", choices=["right", "left", "min", "either"], help="save the split interface as NPZ")
@@ -141,7 +174,36 @@ def main():
     p.add_argument("--atol", type=float, default=1e-4)
     p.add_argument("--rtol", type=float, default=1e-3)
     p.add_argument("--report", default=str(HERE / "validation_report.json"))
-    a = p.parse_args()
+    return p.parse_args()
+
+
+def dump_interface(a, meta, names1, mid, feed2):
+    cut = meta["cut_tensors"]
+    pick = {"left": names1, "right": list(feed2), "min": cut,
+            "either": list(dict.fromkeys(names1 + list(feed2)))}[a.dump_interface]
+    arrays = {n: (mid[n] if n in mid else feed2[n]) for n in pick}
+    info = {"boundary": meta["boundary"], "side": a.dump_interface, "cut_tensors": cut,
+            "tensors": {n: {"shape": list(v.shape), "dtype": str(v.dtype)} for n, v in arrays.items()}}
+    out = f"{a.dump_interface_out}_{a.dump_interface}.npz"
+    np.savez(out, __meta__=np.array(json.dumps(info)), **arrays)
+    print(f"wrote {out} ({len(arrays)} tensors)")
+
+
+def run_check(a, full, p1, p2, feeds, npz):
+    try:
+        return check(full, p1, p2, feeds, a.atol, a.rtol, a.runs)
+    except Exception as e:  # noqa: BLE001 - ORT raises its own types
+        msg = " ".join(str(e).split())[:300]
+        if npz:
+            fail(f"ONNX Runtime failed on the inputs of {npz}: {msg}")
+        need = value_inputs(full)
+        fail(f"ONNX Runtime failed on random inputs: {msg}. "
+             + (f"Input {', '.join(need)} probably needs a real value: " if need else "Some input probably needs "
+                "real values: ") + "pass real values with --inputs-npz FILE.npz")
+
+
+def main():
+    a = parse_args()
     try:
         import onnxruntime as ort
     except ImportError:
@@ -150,45 +212,28 @@ def main():
         fail(f"provider {a.provider} is not available in this onnxruntime build "
              f"(available: {', '.join(ort.get_available_providers())})")
     meta = json.loads((HERE / "split_meta.json").read_text())
+    if meta.get("error"):
+        fail(f"stage 08 could not export this split: {meta['error']}")
     try:
         full, p1, p2 = (session(n, a.provider, ort) for n in ("full.onnx", "part1.onnx", "part2.onnx"))
     except RuntimeError as e:
         fail(str(e))
-    if a.inputs_npz:
-        try:
-            data = dict(np.load(a.inputs_npz, allow_pickle=False))
-        except Exception as e:  # noqa: BLE001
-            fail(f"--inputs-npz {a.inputs_npz} is not a readable .npz ({type(e).__name__})")
-        missing = [i.name for i in full.get_inputs() if i.name not in data]
-        if missing:
-            fail(f"--inputs-npz lacks inputs {missing}")
-        feeds = {i.name: data[i.name] for i in full.get_inputs()}
-    else:
-        feeds = make_inputs(full, meta, a.seed, parse_overrides(a.shape_override))
+    feeds, npz = choose_inputs(a, meta, full)
     if a.save_inputs_npz:
         np.savez(a.save_inputs_npz, **feeds)
-    report, mid, feed2 = check(full, p1, p2, feeds, a.atol, a.rtol, a.runs)
-    names1 = [o.name for o in p1.get_outputs()]
+    report, mid, feed2 = run_check(a, full, p1, p2, feeds, npz)
     if a.dump_interface:
-        cut = meta["cut_tensors"]
-        pick = {"left": names1, "right": list(feed2), "min": cut,
-                "either": list(dict.fromkeys(names1 + list(feed2)))}[a.dump_interface]
-        arrays = {n: (mid[n] if n in mid else feed2[n]) for n in pick}
-        info = {"boundary": meta["boundary"], "side": a.dump_interface, "cut_tensors": cut,
-                "tensors": {n: {"shape": list(v.shape), "dtype": str(v.dtype)} for n, v in arrays.items()}}
-        out = f"{a.dump_interface_out}_{a.dump_interface}.npz"
-        np.savez(out, __meta__=np.array(json.dumps(info)), **arrays)
-        print(f"wrote {out} ({len(arrays)} tensors)")
-    report = {"boundary": meta["boundary"], "provider": a.provider, **report}
-    ok = report["pass"]
+        dump_interface(a, meta, [o.name for o in p1.get_outputs()], mid, feed2)
+    report = {"boundary": meta["boundary"], "provider": a.provider, "inputs": npz or f"random (seed {a.seed or 0})",
+              **report}
     tmp = a.report + ".tmp"
     Path(tmp).write_text(json.dumps(report, indent=2) + "\n")
     os.replace(tmp, a.report)
     lat = report["latency_median"]
-    print(f"boundary {meta['boundary']}: {'PASS' if ok else 'FAIL'} (max |diff| {report['max_abs_diff']:.2e}); "
+    print(f"boundary {meta['boundary']}: {'PASS' if report['pass'] else 'FAIL'} (max |diff| {report['max_abs_diff']:.2e}); "
           f"full {lat['full_us'] / 1e3:.2f} ms, part1 {lat['part1_us'] / 1e3:.2f} ms, part2 {lat['part2_us'] / 1e3:.2f} ms, "
           f"composed {lat['composed_us'] / 1e3:.2f} ms")
-    sys.exit(0 if ok else 1)
+    sys.exit(0 if report["pass"] else 1)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,15 @@ O(nodes + edges), recursively into If/Loop/Scan bodies with their outer scope:
 - names, op types and domains are text (valid UTF-8);
 - known element types; initializer dims >= 0 (a negative dim on an input or value_info means "dynamic" to
   some exporters and to ONNX Runtime: it is left unresolved, not refused); no tensor whose size is beyond
-  any real machine (a dim of 2^62 is a corrupt file, not a model).
+  any real machine (a dim of 2^62 is a corrupt file, not a model); initializer data as long as its dims say;
+- what each op's schema requires (onnx.defs): required inputs present, attributes of the declared type,
+  required attributes (an If's branches) there, If/Loop bodies with as many inputs/outputs as the node, and
+  the element types a schema allows for the graph inputs and weights a node reads directly.
 Cycles (self-loops included) are refused when the graph is ordered (lib/graph.py).
 """
 from __future__ import annotations
 
+import functools
 import math
 from itertools import chain
 
@@ -22,6 +26,7 @@ from onnx import TensorProto
 
 from .errors import StageError
 from .graph import NodeTable
+from .onnx_io import STRIPPED
 
 MAX_ELEMENTS = 2**48            # 256 Ti elements: larger than any accelerator's memory by orders of magnitude
 KNOWN_TYPES = set(TensorProto.DataType.values()) - {TensorProto.UNDEFINED}
@@ -53,14 +58,15 @@ def _check_value_infos(vis, where: str) -> None:
         if not vi.type.HasField("tensor_type"):
             continue
         tt = vi.type.tensor_type
-        if tt.elem_type not in KNOWN_TYPES and tt.elem_type != TensorProto.UNDEFINED:
+        if tt.elem_type not in KNOWN_TYPES:
             raise StageError(f"{where}tensor {vi.name!r} has unknown element type {tt.elem_type}")
         if tt.HasField("shape"):
             # negative dims mean "dynamic" to some exporters (Paddle) and to ONNX Runtime: left unresolved
             _check_dims([d.dim_value for d in tt.shape.dim if d.dim_value > 0], f"{where}tensor {vi.name!r}")
 
 
-def _check_graph(g: onnx.GraphProto, outer: set[str], where: str, table: NodeTable | None = None) -> None:
+def _check_graph(g: onnx.GraphProto, outer: set[str], where: str, table: NodeTable | None = None,
+                 opsets: dict | None = None) -> None:
     table = table or NodeTable.of(g)
     ins, outs = table.inputs, table.outputs
     _check_text(g, where, (("op type of node", table.ops), ("domain of node", table.domains),
@@ -72,6 +78,11 @@ def _check_graph(g: onnx.GraphProto, outer: set[str], where: str, table: NodeTab
         if t.data_type not in KNOWN_TYPES:
             raise StageError(f"{where}initializer {t.name!r} has unknown element type {t.data_type}")
         _check_dims(list(t.dims), f"{where}initializer {t.name!r}")
+        _check_data_length(t, where)
+    names = [vi.name for vi in g.input]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise StageError(f"{where}graph input {dup!r} is declared twice")
     defined = {vi.name for vi in g.input} | {t.name for t in g.initializer}
     produced: dict[str, int] = {}
     for i, os_ in enumerate(outs):
@@ -88,11 +99,14 @@ def _check_graph(g: onnx.GraphProto, outer: set[str], where: str, table: NodeTab
     for o in g.output:
         if o.name not in everything:
             raise StageError(f"{where}graph output {o.name!r} is not produced by any node")
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in g.input if vi.type.HasField("tensor_type")}
+    types.update({t.name: t.data_type for t in g.initializer})
     for i, n in enumerate(table.protos):
+        _check_schema(n, table.inputs[i], table.outputs[i], opsets or {}, types, lambda: f"{where}{_label(g, i)}")
         for a in n.attribute:
             if a.type == onnx.AttributeProto.GRAPH or a.type == onnx.AttributeProto.GRAPHS:
                 for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                    _check_graph(sub, everything, f"{where}{_label(g, i)} body {a.name}: ")
+                    _check_graph(sub, everything, f"{where}{_label(g, i)} body {a.name}: ", opsets=opsets)
             elif a.type == onnx.AttributeProto.TENSOR:
                 _check_dims(list(a.t.dims), f"{where}attribute tensor of {_label(g, i)}")
 
@@ -100,6 +114,88 @@ def _check_graph(g: onnx.GraphProto, outer: set[str], where: str, table: NodeTab
 def validate(model: onnx.ModelProto, table: NodeTable | None = None) -> None:
     """StageError on the first structural defect (see the module docstring); `table`: the graph's nodes,
     when the caller already read them."""
-    if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    if "" not in opsets:
         raise StageError("the model declares no opset for the default ONNX domain")
-    _check_graph(model.graph, set(), "", table)
+    _check_graph(model.graph, set(), "", table, opsets)
+
+
+@functools.cache
+def _schema(op: str, domain: str, version: int):
+    try:
+        return onnx.defs.get_schema(op, version, domain)
+    except Exception:  # noqa: BLE001 - custom and contrib ops have no onnx schema: nothing to check
+        return None
+
+
+def _check_schema(node, ins: list[str], outs: list[str], opsets: dict, types: dict, label) -> None:
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    if domain not in opsets:
+        return
+    s = _schema(node.op_type, domain, opsets[domain])
+    if s is None:
+        return
+    single = onnx.defs.OpSchema.FormalParameterOption.Single
+    for k, formal in enumerate(s.inputs):
+        if formal.option == single and (k >= len(ins) or not ins[k]):
+            raise StageError(f"{label()} lacks its required input {formal.name!r} ({node.op_type} needs at least "
+                             f"{s.min_input} inputs)")
+        if k < len(ins) and ins[k] in types and formal.option != onnx.defs.OpSchema.FormalParameterOption.Variadic:
+            _check_input_type(s, formal, types[ins[k]], ins[k], label)
+    given = {a.name: a for a in node.attribute}
+    for name, spec in s.attributes.items():
+        a = given.get(name)
+        if a is None:
+            if spec.required:
+                raise StageError(f"{label()} lacks its required attribute {name!r}")
+        elif a.type != int(spec.type.value):
+            raise StageError(f"{label()}: attribute {name!r} has type {onnx.AttributeProto.AttributeType.Name(a.type)}, "
+                             f"the {node.op_type} schema says {spec.type.name}")
+    _check_bodies(node, given, len([o for o in outs]), label)
+
+
+def _check_input_type(s, formal, elem_type: int, name: str, label) -> None:
+    allowed = next((c.allowed_type_strs for c in s.type_constraints if c.type_param_str == formal.type_str), None)
+    if allowed is None or not elem_type:
+        return
+    try:
+        got = f"tensor({onnx.helper.tensor_dtype_to_np_dtype(elem_type).name})"
+    except Exception:  # noqa: BLE001
+        return
+    names = {"tensor(float32)": "tensor(float)", "tensor(float64)": "tensor(double)", "tensor(bool_)": "tensor(bool)"}
+    got = names.get(got, got)
+    if got not in allowed and not any(a.startswith("seq") or a.startswith("optional") for a in allowed):
+        raise StageError(f"{label()}: input {name!r} is {got}, which {s.name} does not take (allowed: "
+                         f"{', '.join(allowed)})")
+
+
+def _check_bodies(node, given: dict, n_out: int, label) -> None:
+    """If branches with as many outputs as the node; a Loop body with 2 + N inputs and 1 + N + K outputs."""
+    if node.op_type == "If":
+        for b in ("then_branch", "else_branch"):
+            if b in given and len(given[b].g.output) != n_out:
+                raise StageError(f"{label()}: {b} has {len(given[b].g.output)} outputs, the If has {n_out}")
+    elif node.op_type == "Loop" and "body" in given:
+        body, carried = given["body"].g, len(node.input) - 2
+        if len(body.input) != 2 + carried or len(body.output) < 1 + carried or n_out < carried:
+            raise StageError(f"{label()}: its body has {len(body.input)} inputs and {len(body.output)} outputs for "
+                             f"{carried} loop-carried values")
+
+
+def _check_data_length(t: onnx.TensorProto, where: str) -> None:
+    """The payload holds as many elements as the dims say (raw bytes, or the typed field's count)."""
+    from .graph import elem_size
+    n = math.prod(t.dims)
+    size = elem_size(t.data_type)
+    if t.data_location == TensorProto.EXTERNAL:
+        ext = {e.key: e.value for e in t.external_data}
+        have = int(ext["length"]) if "offset" in ext and "length" in ext and ext.get("location") == STRIPPED else None
+    elif t.raw_data:
+        have = len(t.raw_data)
+    else:
+        field = {TensorProto.FLOAT: t.float_data, TensorProto.DOUBLE: t.double_data, TensorProto.INT64: t.int64_data}
+        data = field.get(t.data_type)
+        have = None if data is None or size is None else len(data) * size
+    if have is not None and size is not None and have != n * size:
+        raise StageError(f"{where}initializer {t.name!r} holds {have} bytes of data, its dims {list(t.dims)} need "
+                         f"{n * size}: the model file is corrupt")

@@ -132,3 +132,29 @@ def test_benchmark_set_and_bad_input(tmp_path):
     assert r.returncode == 0, r.stderr
     res = pd.read_csv(bench / "benchmark_results.csv")
     assert list(res["boundary"]) == [2, 4] and res["pass"].all()
+
+
+def test_parts_keep_the_models_symbolic_dims(tmp_path):
+    """A model declaring a symbolic batch: the parts declare it too (typed from the analysed graph, as general as
+    full.onnx), so the runner's --shape-override feeds another batch through full, part1 and part2."""
+    m = small_cnn(None)
+    for vi in (m.graph.input[0], m.graph.output[0]):
+        vi.type.tensor_type.shape.dim[0].Clear()
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"
+    model = tmp_path / "dyn.onnx"
+    onnx.save(m, str(model))
+    costs(model, tmp_path / "r", "--shape-override", "x=1x3x32x32")
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path / "r")
+    assert r.returncode == 0, r.stderr
+    r = run_stage("08_export_splits.py", "--model", model, "--results", tmp_path / "r", "--boundary", "2",
+                  "--runs", "1", "--diagram", "none")
+    assert r.returncode == 0, r.stderr
+    folder = tmp_path / "r" / "splits" / "b2"
+    p1, p2 = (onnx.load(str(folder / f"part{i}.onnx")) for i in (1, 2))
+    dims = lambda vi: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]  # noqa: E731
+    assert dims(p1.graph.input[0]) == ["N", 3, 32, 32] and dims(p1.graph.output[0]) == ["N", 16, 32, 32]
+    assert dims(p2.graph.input[0]) == ["N", 16, 32, 32] and dims(p2.graph.output[0]) == ["N", 10]
+    r = run_runner(folder, "--runs", "1", "--shape-override", "x=2x3x32x32", "--dump-interface", "min",
+                   "--dump-interface-out", tmp_path / "i")
+    assert r.returncode == 0, r.stderr
+    assert np.load(tmp_path / "i_min.npz")["r1"].shape == (2, 16, 32, 32)

@@ -10,7 +10,7 @@ import pytest
 from onnx import helper, shape_inference
 
 from conftest import costs, make_model, run_stage, tensor, weight
-from lib.splits import pareto_front
+from lib.splits import device_factors, modelled_times, pareto_front, pareto_layers
 
 
 def naive_comm(model_path):
@@ -66,8 +66,38 @@ def test_comm_matches_naive_count(tv_models, tmp_path, name):
         for _, p in f.iterrows():   # mutually non-dominated, and nothing non-pruned dominates a front point
             dom = ok[(ok[x] <= p[x]) & (ok[y] <= p[y]) & ((ok[x] < p[x]) | (ok[y] < p[y]))]
             assert dom.empty, (name_, p["boundary"])
+    summ = json.loads((tmp_path / "split_summary.json").read_text())
+    check_ranking_and_summary(df, summ, r.stdout)
+    # no profile here: both devices are their roofline, summed over every node (unknown bytes count 0)
+    prof, system = pd.read_csv(tmp_path / "ops_profile.csv"), json.loads((tmp_path / "system_config.json").read_text())
+    nbytes = prof[["act_in_bytes", "act_out_bytes", "weight_bytes"]].sum(axis=1)
+    for k in ("A", "B"):
+        d = system["devices"][k]
+        t = np.maximum(prof["flops"] / d["peak_flops_per_s"], nbytes / d["mem_bw_bytes_per_s"]) * 1e6
+        assert summ[f"all_on_{k.lower()}_us"] == pytest.approx(t.sum(), rel=1e-9)
+        assert summ[f"all_on_{k.lower()}_energy_j"] == pytest.approx(t.sum() * 1e-6 * d["power_w"], rel=1e-9)
+
+
+def check_ranking_and_summary(df, summ, stdout):
+    """Dominance-aware ranking, throughput, baselines and split_summary.json against boundaries.csv."""
     top = df[df["rank"].notna()].sort_values("rank")
-    assert (top["score"].diff().dropna() >= 0).all()
+    ok = df[df["reason"].fillna("").str.len() == 0]
+    first = top.iloc[0]
+    beaten = ok[(ok["est_latency_us"] <= first["est_latency_us"]) & (ok["est_energy_j"] <= first["est_energy_j"]) &
+                ((ok["est_latency_us"] < first["est_latency_us"]) | (ok["est_energy_j"] < first["est_energy_j"]))]
+    assert beaten.empty, "rank 1 is beaten on both latency and energy"
+    key = list(zip(top["pareto_layer"], top["score"]))
+    assert key == sorted(key)                               # Pareto layer first, then the score
+    period = np.maximum(np.maximum(df["t_dev_a_us"], df["link_time_us"]), df["t_dev_b_us"])
+    assert np.allclose(df["throughput_per_s"], 1e6 / period)
+    assert np.allclose(df["time_imbalance"], (df["t_dev_a_us"] - df["t_dev_b_us"]).abs() / (df["t_dev_a_us"] + df["t_dev_b_us"]))
+    assert summ["all_on_a_us"] >= df["t_dev_a_us"].iat[-1] and summ["all_on_b_us"] >= df["t_dev_b_us"].iat[0]
+    best = summ["best"]
+    assert best["boundary"] == int(first["boundary"]) and best["est_latency_us"] == first["est_latency_us"]
+    assert best["throughput_per_s"] == pytest.approx(first["throughput_per_s"])
+    assert best["est_energy_j"] == first["est_energy_j"] and "after_layer" in best
+    assert ("beats both" in stdout) or ("does NOT beat both" in stdout)
+    assert "score = " in stdout and "*comm_bytes/max" in stdout           # the weights are printed
 
 
 def skip_model(path):
@@ -162,3 +192,68 @@ def test_side_input_read_everywhere_is_not_a_skip_block(tmp_path):
     df = run07(tmp_path, model)
     assert not df["reason"].str.contains("skip block").any()
     assert df.loc["n7", "cut_tensors"] == "mask;h7"        # the mask still crosses the link: it is counted
+
+
+def test_pareto_layers_brute_force():
+    """Non-dominated sorting against peeling fronts by brute force, ties and duplicates included."""
+    rng = np.random.default_rng(2)
+    for _ in range(30):
+        n = 40
+        x, y = rng.integers(0, 6, n).astype(float), rng.integers(0, 6, n).astype(float)
+        mask = rng.random(n) < 0.8
+        got = pareto_layers(x, y, mask)
+        left, layer, want = set(np.flatnonzero(mask)), 0, np.full(n, np.nan)
+        while left:
+            layer += 1
+            front = {i for i in left if not any(x[j] <= x[i] and y[j] <= y[i] and (x[j] < x[i] or y[j] < y[i])
+                                                for j in left)}
+            for i in front:
+                want[i] = layer
+            left -= front
+        assert np.array_equal(got, want, equal_nan=True)
+
+
+def test_device_time_model_form():
+    """t_i = ovh_i + max(flops_i / (peak * ec_i), bytes_i / (bw * em_i)); unknown bytes count 0 (+ ovh)."""
+    prof = pd.DataFrame({"flops": [2e9, 0.0, 1e6], "act_in_bytes": [1e6, 4e6, np.nan], "act_out_bytes": [1e6, 4e6, 8.0],
+                         "weight_bytes": [0.0, 0.0, 0.0]})
+    ec, em, ovh = device_factors(prof, {"peak_flops_per_s": 1e12, "mem_bw_bytes_per_s": 1e10})
+    assert (ec == 1).all() and (em == 1).all() and (ovh == 0).all() and len(ec) == 3   # the roofline, today
+    t = modelled_times(np.array([2e9, 0.0, 1e6]), np.array([2e6, 8e6, np.nan]), 1e12, 1e10,
+                       np.array([0.5, 1, 1]), np.array([1, 0.25, 1]), np.array([3.0, 0, 7.0]))
+    assert t.tolist() == pytest.approx([3.0 + 2e9 / 0.5e12 * 1e6, 8e6 / 0.25e10 * 1e6, 7.0])
+
+
+def test_nothing_crosses_is_pruned(tmp_path):
+    """A boundary with no cut tensor and no graph output on the left (after a dead node) is never ranked."""
+    nodes = [helper.make_node("Relu", ["x"], ["dead"], name="dead"),       # its output is used by nobody
+             helper.make_node("Neg", ["x"], ["a"], name="a"),
+             helper.make_node("Relu", ["a"], ["b"], name="b"),
+             helper.make_node("Neg", ["b"], ["y"], name="y")]
+    model = tmp_path / "dead.onnx"
+    make_model(nodes, [tensor("x", [1, 64])], [tensor("y", None)], path=model)
+    df = run07(tmp_path, model)
+    assert df.loc["dead", "n_cut_tensors"] == 0 and df.loc["dead", "pruned_by"] == "nothing_crosses"
+    assert str(df.loc["dead", "rank"]) in ("", "nan")
+    assert not df.loc[["a", "b"], "pruned"].any()
+    # two independent branches: nothing crosses, but the left part finishes a graph output: a real split
+    nodes = [helper.make_node("Relu", ["x"], ["y1"], name="r"), helper.make_node("Neg", ["x"], ["y2"], name="n")]
+    make_model(nodes, [tensor("x", [1, 64])], [tensor("y1", None), tensor("y2", None)], path=model)
+    df = run07(tmp_path / "two", model)
+    assert df.loc["r", "n_cut_tensors"] == 0 and df.loc["r", "left_graph_outputs"] == 1 and not df.loc["r", "pruned"]
+
+
+def test_every_boundary_pruned_exits_0_with_no_candidate(tmp_path):
+    model = tmp_path / "skip.onnx"
+    skip_model(model)
+    costs(model, tmp_path)
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path, "--min-compute-share", "0.5")
+    assert r.returncode == 0, r.stderr
+    assert "no boundary survives the pruning" in r.stdout and "no split candidate" in r.stdout
+    summ = json.loads((tmp_path / "split_summary.json").read_text())
+    assert summ["best"] is None and summ["candidates"] == 0 and summ["all_on_a_us"] > 0 and summ["all_on_b_us"] > 0
+    model_json = json.loads((tmp_path / "split_model.json").read_text())
+    assert all(model_json["boundaries"]["static_pruned_by"])
+    r = run_stage("08_export_splits.py", "--model", model, "--results", tmp_path, "--runs", "1")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "validation_report.json").read_text())["splits"] == []

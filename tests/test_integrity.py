@@ -1,0 +1,149 @@
+"""Results always belong to the model and the inputs that made them: one input spec for every stage, identity in
+every meta file, refused mismatches (exit 2, one line), make rebuilding what changed, nothing written outside
+results/."""
+import json
+import os
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from conftest import REPO, costs, make_model, run_stage, tensor, weight
+
+
+def batch_cnn(path, batch="N"):
+    """Conv -> Relu -> Conv -> GlobalAveragePool with a symbolic (or fixed) batch dim."""
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["c2"], ["y"], name="gap")]
+    return make_model(nodes, [tensor("x", [batch, 3, 16, 16])], [tensor("y", None)],
+                      [weight("w1", (8, 3, 3, 3)), weight("w2", (8, 8, 3, 3), seed=1)], path=path)
+
+
+def make(*args, cwd=REPO):
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=cwd, capture_output=True, text=True, timeout=900)
+
+
+def meta_shapes(rdir, name):
+    return json.loads((rdir / name).read_text())["identity"]["inputs"]["input_shapes"]
+
+
+def assert_clean_error(r, *needles):
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (r.returncode, r.stderr)
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("batch", ["N", 4])
+def test_make_gives_every_stage_one_spec_and_rebuilds_when_it_changes(tmp_path, batch):
+    model = tmp_path / "net.onnx"
+    batch_cnn(model, batch)
+    rdir = tmp_path / "r"
+    base = [f"MODEL={model}", f"R={rdir}", "RUNS=1", "SPLITS=1"]
+    # a fixed batch is the model's: an override may only restate it; a symbolic batch takes any value
+    sizes = (4, 4) if batch == 4 else (8, 2)
+    for b in sizes:
+        r = make("all", *base, f"SHAPE_ARGS=--shape-override 'x={b}x3x16x16'")
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        for meta in ("profile_meta.json", "metrics_meta.json", "validation_report.json"):
+            assert meta_shapes(rdir, meta) == {"x": [b, 3, 16, 16]}, meta
+    r = make("-n", "all", *base, f"SHAPE_ARGS=--shape-override 'x={sizes[1]}x3x16x16'")
+    assert "02_shapes_flops_bytes.py" not in r.stdout                  # nothing changed: nothing to do
+    r = make("-n", "all", *base, "RUNS=2", f"SHAPE_ARGS=--shape-override 'x={sizes[1]}x3x16x16'")
+    assert "01_profile_onnx.py" in r.stdout and "02_shapes_flops_bytes.py" not in r.stdout
+
+
+def test_inputs_npz_fixes_the_batch_everywhere(tmp_path):
+    model = tmp_path / "net.onnx"
+    batch_cnn(model)
+    npz = tmp_path / "feeds.npz"
+    np.savez(npz, x=np.random.default_rng(0).standard_normal((3, 3, 16, 16)).astype(np.float32))
+    rdir = tmp_path / "r"
+    r = make("all", f"MODEL={model}", f"R={rdir}", "RUNS=1", "SPLITS=1", f"INPUTS={npz}")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    for meta in ("profile_meta.json", "metrics_meta.json", "validation_report.json"):
+        ident = json.loads((rdir / meta).read_text())["identity"]["inputs"]
+        assert ident["input_shapes"] == {"x": [3, 3, 16, 16]} and ident["inputs_npz"]["path"] == str(npz)
+
+
+def test_same_file_name_in_two_folders(tmp_path):
+    a, b = tmp_path / "a" / "net.onnx", tmp_path / "b" / "net.onnx"
+    a.parent.mkdir()
+    b.parent.mkdir()
+    batch_cnn(a, 1)
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu"), helper.make_node("Neg", ["y"], ["z"], name="neg")]
+    make_model(nodes, [tensor("x", [1, 3, 16, 16])], [tensor("z", None)], path=b)
+    rdir = tmp_path / "results_net"
+    for m in (a, b):
+        r = make("all", f"MODEL={m}", f"R={rdir}", "RUNS=1", "SPLITS=1")
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        for meta in ("metrics_meta.json", "profile_meta.json", "merge_meta.json", "critical_path_meta.json"):
+            assert json.loads((rdir / meta).read_text())["identity"]["model"]["path"] == str(m)
+    assert json.loads((rdir / "metrics_meta.json").read_text())["op_counts"] == {"Neg": 1, "Relu": 1}
+
+
+def test_refused_mismatches(tmp_path):
+    model = tmp_path / "net.onnx"
+    batch_cnn(model, 1)
+    rdir = tmp_path / "r"
+    costs(model, rdir)
+    assert run_stage("04_critical_path.py", "--model", model, "--results", rdir).returncode == 0
+    # 01 re-run by hand after 03: 04 refuses the merged table that predates it
+    assert run_stage("01_profile_onnx.py", "--model", model, "--results", rdir, "--runs", "1").returncode == 0
+    assert_clean_error(run_stage("04_critical_path.py", "--model", model, "--results", rdir),
+                       "merge_meta.json", "re-run 03_merge_profile_metrics.py")
+    assert run_stage("03_merge_profile_metrics.py", "--results", rdir).returncode == 0
+    # 01 and 02 made for other inputs: 03 refuses to join them
+    other = tmp_path / "other"
+    costs(model, other)
+    r = run_stage("01_profile_onnx.py", "--model", model, "--results", other, "--runs", "1",
+                  "--shape-override", "x=1x3x16x16")
+    assert r.returncode == 0, r.stderr
+    sym = tmp_path / "sym.onnx"
+    batch_cnn(sym)
+    assert run_stage("02_shapes_flops_bytes.py", "--model", sym, "--results", other, "--shape-override",
+                     "x=2x3x16x16").returncode == 0
+    assert_clean_error(run_stage("03_merge_profile_metrics.py", "--results", other), "belongs to")
+    # an explicit spec that disagrees with 02's, and a mistyped model path
+    assert run_stage("07_split_candidates.py", "--model", model, "--results", rdir).returncode == 0
+    assert_clean_error(run_stage("07_split_candidates.py", "--model", sym, "--results", rdir), "holds results of")
+    for stage in ("04_critical_path.py", "07_split_candidates.py", "08_export_splits.py", "10_hailo_parse.py"):
+        assert_clean_error(run_stage(stage, "--model", tmp_path / "nope.onnx", "--results", rdir), "not found")
+
+
+def test_files_follow_the_umask_and_nothing_lands_in_the_working_directory(tmp_path):
+    # a model ONNX's own inference leaves unshaped (a Reshape to a shape computed at run time) sends the
+    # chain through ORT's symbolic inference, which would drop sym_shape_infer_temp.onnx into the cwd
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("ReduceProd", ["s"], ["n"], name="prod", keepdims=1),
+             helper.make_node("Reshape", ["x", "n"], ["y"], name="reshape")]
+    model = tmp_path / "m.onnx"
+    make_model(nodes, [tensor("x", ["N", 3])], [tensor("y", None)], path=model)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    env_umask = os.umask(0o027)
+    try:
+        r = subprocess.run([str(REPO / ".venv/bin/python"), str(REPO / "02_shapes_flops_bytes.py"), "--model",
+                            str(model), "--results", str(tmp_path / "r"), "--shape-override", "x=2x3"],
+                           cwd=cwd, capture_output=True, text=True)
+    finally:
+        os.umask(env_umask)
+    assert r.returncode == 0, r.stderr
+    assert list(cwd.iterdir()) == []
+    mode = (tmp_path / "r" / "ops_metrics.csv").stat().st_mode & 0o777
+    assert mode == 0o640
+
+
+def test_ort_trace_and_optimized_graph_are_kept(tmp_path):
+    model = tmp_path / "net.onnx"
+    batch_cnn(model, 1)
+    rdir = tmp_path / "r"
+    assert run_stage("01_profile_onnx.py", "--model", model, "--results", rdir, "--runs", "2").returncode == 0
+    trace = json.loads((rdir / "profile" / "ort_trace.json").read_text())
+    assert any(e.get("cat") == "Node" for e in trace)
+    opt = onnx.load(str(rdir / "profile" / "ort_optimized.onnx"), load_external_data=False)
+    assert len(opt.graph.node) >= 1 and (rdir / "profile" / "ort_optimized.onnx").stat().st_size < 100_000

@@ -1,0 +1,212 @@
+"""Stage 11: the report page and the all-models index. The browser tests open the page in Debian's chromium,
+driven headless by Playwright (skipped, with the reason, when either is missing; .ci/run installs chromium)."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO, run_stage, small_cnn
+
+CHROMIUM = os.environ.get("NN_PERF_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--disable-quic"]
+SECTIONS = ["summary", "time", "roofline", "critical-path", "energy", "offload", "splits", "what-if"]
+ARGS07 = ["--dedup-window", "0", "--min-compute-share", "0"]     # every boundary of the tiny CNN is a candidate
+
+
+def stages(model, rdir, profile=True, upto="11"):
+    plan = [("02_shapes_flops_bytes.py", ["--model", model]),
+            ("01_profile_onnx.py", ["--model", model, "--runs", "3", "--warmup", "1"]) if profile else None,
+            ("03_merge_profile_metrics.py", []), ("04_critical_path.py", ["--model", model]),
+            ("05_energy_estimate.py", ["--model", model]), ("07_split_candidates.py", ["--model", model, *ARGS07]),
+            ("08_export_splits.py", ["--model", model, "--top-k", "2", "--runs", "1", "--diagram", "matplotlib"]),
+            ("11_report.py", ["--model", model])]
+    for step in plan:
+        if step is None:
+            continue
+        script, args = step
+        if script[:2] > upto:
+            break
+        r = run_stage(script, *args, "--results", rdir)
+        assert r.returncode == 0, f"{script}: {r.stderr[-3000:]}"
+    return r
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A tiny CNN through every stage, into <tmp>/results/cnn/ (so the index lands in <tmp>/results/)."""
+    root = tmp_path_factory.mktemp("report")
+    model = root / "cnn.onnx"
+    small_cnn(model)
+    rdir = root / "results" / "cnn"
+    r = stages(model, rdir)
+    assert "8 of 8 sections complete" in r.stdout, r.stdout
+    return model, rdir
+
+
+def roofline_nodes(rdir) -> int:
+    """Profiled nodes a roofline can place: own measured time, FLOPs and bytes, from ops_profile.csv directly."""
+    prof = pd.read_csv(rdir / "ops_profile.csv")
+    nbytes = prof[["act_in_bytes", "act_out_bytes", "weight_bytes"]].sum(axis=1)
+    return int(((prof["latency_us"] > 0) & (prof["flops"] > 0) & (nbytes > 0)).sum())
+
+
+def test_report_and_index_files(built):
+    model, rdir = built
+    html = (rdir / "report.html").read_text()
+    for s in SECTIONS:
+        assert html.count(f'<section id="{s}">') == 1
+    low = html.lower()
+    # self-contained: no external script, style, image or frame; Plotly's JavaScript embedded once
+    assert "<script src" not in low and "<link " not in low and 'src="http' not in low and "<iframe" not in low
+    assert low.count("plotly.js v") >= 1 and html.count("<script>") >= 2
+    meta = json.loads((rdir / "report_meta.json").read_text())
+    assert set(meta["sections"].values()) == {"ok"} and meta["run_id"] and meta["identity"]["model"]["graph_sha256"]
+    assert {"ops_profile.csv", "boundaries.csv", "split_model.json", "validation_report.json"} <= set(meta["read"])
+    assert meta["roofline_points"] == roofline_nodes(rdir) > 0
+    assert set(meta["upstream"]) >= {"metrics_meta.json", "split_summary.json", "validation_report.json"}
+    index = (rdir.parent / "index.html").read_text()
+    assert 'href="cnn/report.html"' in index and "cnn" in index
+    summ = json.loads((rdir / "split_summary.json").read_text())
+    assert summ["verdict"]["advice"] in html.replace("&#39;", "'").replace("&amp;", "&")
+
+
+def test_missing_artifacts_are_named_not_fatal(tmp_path):
+    """No profile (01), no splits (07, 08): the report still builds and each section says what to run."""
+    model = tmp_path / "cnn.onnx"
+    small_cnn(model)
+    rdir = tmp_path / "results" / "cnn"
+    stages(model, rdir, profile=False, upto="05")
+    r = run_stage("11_report.py", "--results", rdir)
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((rdir / "report_meta.json").read_text())["sections"]
+    assert meta["summary"] == "ok" and meta["time"] == "ok" and meta["energy"] == "ok"
+    assert "01_profile_onnx.py" in meta["roofline"]
+    assert "07_split_candidates.py" in meta["splits"] and "07_split_candidates.py" in meta["what-if"]
+    html = (rdir / "report.html").read_text()
+    assert html.count('class="missing"') >= 3 and "roofline time instead" in html
+
+
+def test_refuses_artifacts_that_do_not_belong_together(built, tmp_path):
+    model, rdir = built
+    copy = tmp_path / "cnn"
+    shutil.copytree(rdir, copy, ignore=shutil.ignore_patterns("splits"))
+    meta = json.loads((copy / "profile_meta.json").read_text())
+    meta["run_id"] = "0" * 32                         # 01 ran again after 03 merged it
+    (copy / "profile_meta.json").write_text(json.dumps(meta))
+    r = run_stage("11_report.py", "--results", copy, "--no-index")
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:") and "re-run" in lines[0]
+    other = tmp_path / "other.onnx"
+    from conftest import make_model, tensor
+    from onnx import helper
+    make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", [2])], [tensor("y", [2])], path=other)
+    r = run_stage("11_report.py", "--model", other, "--results", rdir, "--no-index")
+    assert r.returncode == 2 and "holds results of" in r.stderr and "Traceback" not in r.stderr
+
+
+# ---------------------------------------------------------------- in a real browser
+
+@pytest.fixture(scope="module")
+def browser():
+    sync = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: browser tests skipped "
+                               "(pip install playwright)")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"chromium not found at {CHROMIUM}: browser tests skipped (apt-get install chromium)")
+    with sync.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
+        yield b
+        b.close()
+
+
+def open_report(browser, path):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.resolve().as_uri(), wait_until="load", timeout=60000)
+    page.wait_for_function("() => window.nnperfWhatIf !== undefined && document.querySelector('#roofline-plot .main-svg')",
+                           timeout=60000)
+    return page, errors
+
+
+def test_every_section_renders_without_errors(browser, built):
+    model, rdir = built
+    page, errors = open_report(browser, rdir / "report.html")
+    for s in SECTIONS:
+        el = page.locator(f"section#{s}")
+        assert el.is_visible() and len(el.inner_text()) > 80, s
+        assert el.locator(".missing").count() == 0, s
+    # the points drawn (marker paths; the roofs are lines), and the node names their hover text shows
+    assert page.locator("#roofline-plot .scatterlayer .points path.point").count() == roofline_nodes(rdir)
+    hover = page.evaluate("() => document.getElementById('roofline-plot')._fullData"
+                          ".filter(t => t.meta === 'nodes').flatMap(t => Array.from(t.customdata, c => c[0]))")
+    assert len(hover) == roofline_nodes(rdir) and "conv1" in hover
+    for plot in ("time-classes-plot", "critical-path-plot", "energy-plot", "whatif-plot"):
+        assert page.locator(f"#{plot} .main-svg").count() >= 1, plot
+    bd = pd.read_csv(rdir / "boundaries.csv")
+    assert page.locator("#wi-table tbody tr").count() == bd["rank"].notna().sum()
+    assert page.locator("#splits img").count() == 2                 # both exported splits' diagrams, embedded
+    assert errors == []
+    page.close()
+
+
+FIELDS = ["t_dev_a_us", "t_dev_b_us", "link_time_us", "link_energy_j", "est_latency_us", "est_energy_j",
+          "time_imbalance", "period_us", "throughput_per_s", "score", "pareto_layer", "rank"]
+
+
+def assert_same_as_07(rows, bd):
+    assert len(rows) == len(bd)
+    for r, (_, want) in zip(rows, bd.iterrows()):
+        assert r["boundary"] == want["boundary"]
+        assert bool(r["pruned"]) == bool(want["pruned"]), r["boundary"]
+        codes = "" if pd.isna(want["pruned_by"]) else want["pruned_by"]
+        assert set(filter(None, r["pruned_by"].split(";"))) == set(filter(None, codes.split(";")))
+        for f in FIELDS:
+            got, exp = r[f], want[f]
+            if pd.isna(exp):
+                assert got is None or np.isnan(got), (r["boundary"], f)
+            else:
+                assert got == exp, (r["boundary"], f, got, exp)        # bit-identical: the same IEEE operations
+
+
+def test_whatif_reproduces_07_at_the_config(browser, built):
+    model, rdir = built
+    page, errors = open_report(browser, rdir / "report.html")
+    rows = page.evaluate("() => window.nnperfWhatIf.current().rows")
+    assert_same_as_07(rows, pd.read_csv(rdir / "boundaries.csv", keep_default_na=False, na_values=[""]))
+    assert errors == []
+    page.close()
+
+
+def test_whatif_bandwidth_ranks_as_07_does(browser, built, tmp_path):
+    """Move the link bandwidth in the page; run 07 with that bandwidth in a system.yaml copy; same ranking."""
+    model, rdir = built
+    system = yaml.safe_load((REPO / "configs" / "system.yaml").read_text())
+    system["link"]["bandwidth_bytes_per_s"] = 1.0e6
+    (tmp_path / "system.yaml").write_text(yaml.safe_dump(system))
+    copy = tmp_path / "cnn"
+    shutil.copytree(rdir, copy, ignore=shutil.ignore_patterns("splits"))
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", copy, "--system", tmp_path / "system.yaml", *ARGS07)
+    assert r.returncode == 0, r.stderr
+    slow = pd.read_csv(copy / "boundaries.csv", keep_default_na=False, na_values=[""])
+    default = pd.read_csv(rdir / "boundaries.csv", keep_default_na=False, na_values=[""])
+    order = lambda df: df[df["rank"].notna()].sort_values("rank")["boundary"].tolist()  # noqa: E731
+    assert order(slow) != order(default)              # the bandwidth really changes the ranking
+    page, errors = open_report(browser, rdir / "report.html")
+    page.fill("#wi-link-bw", "1000000")
+    assert_same_as_07(page.evaluate("() => window.nnperfWhatIf.current().rows"), slow)
+    shown = page.eval_on_selector_all("#wi-table tbody tr", "rows => rows.map(r => [Number(r.cells[0].textContent), "
+                                      "Number(r.cells[1].textContent), Number(r.cells[8].textContent)])")
+    top = slow[slow["rank"].notna()].sort_values("rank")
+    assert [(int(a), int(b)) for a, b, _ in shown] == list(zip(top["rank"].astype(int), top["boundary"]))
+    assert [c for _, _, c in shown] == pytest.approx((top["est_latency_us"] / 1e3).tolist(), rel=1e-3)
+    page.click("#wi-reset")
+    assert [b for _, b, _ in page.eval_on_selector_all(
+        "#wi-table tbody tr", "rows => rows.map(r => [0, Number(r.cells[1].textContent), 0])")] == order(default)
+    assert errors == []
+    page.close()
