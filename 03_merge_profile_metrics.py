@@ -1,16 +1,35 @@
 #!/usr/bin/env python3
-"""Stage 03: join measured latency (01) with costs (02) -> ops_profile.csv, with a per-node roofline.
+"""Stage 03: join measured latency (01) with costs (02) -> ops_profile.csv, with a per-node roofline and a
+predicted latency.
 
 Roofline against configs/host.yaml: t_compute = FLOPs / peak FLOP/s (of the node's dtype), t_mem = bytes /
-bandwidth, bound = the larger. Without 01's profile the latency columns stay empty (04 then uses roofline time).
-01's and 02's results must belong to the same model and input spec (checked: exit 2 otherwise).
+bandwidth, bound = the larger. t_pred_us: the calibrated latency model of this host (configs/latency_model.yaml,
+made by `make calibrate`), 0 for the nodes ORT fuses into a neighbour's kernel (known from 01's attribution, or,
+without a profile and with --model, from ORT's optimized graph); merge_meta.json has predicted_latency_us next
+to the measured session latency, with the error. Without 01's profile the latency columns stay empty (04 then
+uses the prediction). 01's and 02's results must belong to the same model and input spec (exit 2 otherwise).
 """
 from lib import cli
-from lib.artifacts import read_csv, versions, write_csv, write_json
+from lib.artifacts import CONFIGS, read_csv, versions, write_csv, write_json
 from lib.host import load_host
+from lib.latency_model import ort_node_roles, predict_profile
 from lib.loading import read_validated
 from lib.provenance import Results, stamp
 from lib.roofline import merge, roofline
+
+
+def predicted(df, meta: dict, host: dict, a, metas: dict):
+    """t_pred_us and the prediction's summary; without a profile, ORT's fusions from its optimized graph."""
+    if not meta["measured"] and a.model:
+        shapes = metas["metrics_meta.json"]["identity"]["inputs"]["input_shapes"]
+        roles = ort_node_roles(a.model, [" ".join(f"{k}={'x'.join(map(str, v))}" for k, v in shapes.items())])
+        df[["attribution", "fused_into"]] = roles[["attribution", "fused_into"]].to_numpy()
+    t, info = predict_profile(df, host, a.latency_model)
+    df["t_pred_us"] = t
+    session = (metas.get("profile_meta.json") or {}).get("session_latency", {}).get("median_us")
+    info["measured_latency_us"] = session
+    info["error"] = info["predicted_latency_us"] / session - 1 if session else None
+    return df, info
 
 
 def report(df, measured: bool) -> None:
@@ -35,6 +54,8 @@ def report(df, measured: bool) -> None:
 def main(argv=None):
     p = cli.parser(__doc__, model="or-results")
     cli.add_host(p)
+    p.add_argument("--latency-model", default=str(CONFIGS / "latency_model.yaml"), metavar="YAML",
+                   help="calibrated latency model of the host (default: %(default)s; missing: roofline time)")
     p.add_argument("--no-profile", action="store_true", help="ignore ops_latency.csv even if it exists")
     a = cli.parse(p, argv)
     res = Results(a.rdir)
@@ -46,11 +67,15 @@ def main(argv=None):
     latency = read_csv(a.rdir, "ops_latency.csv", ("node", "latency_us")) if measured else None
     if not measured:
         print("note: no ops_latency.csv (run 01_profile_onnx.py for measured latency): roofline only")
-    df = roofline(merge(metrics, latency), host)
+    df, pred = predicted(roofline(merge(metrics, latency), host), {"measured": measured}, host, a, metas)
     write_csv(df, a.rdir / "ops_profile.csv")
     write_json(stamp({"host_config": str(a.host), "host": host, "latency_source": "measured" if measured else "none",
-                      "versions": versions()}, metas["metrics_meta.json"]["identity"], metas), a.rdir / "merge_meta.json")
+                      "prediction": pred, "versions": versions()}, metas["metrics_meta.json"]["identity"], metas),
+               a.rdir / "merge_meta.json")
     report(df, measured)
+    err = f" ({100 * pred['error']:+.0f}% vs the measured session {pred['measured_latency_us'] / 1e3:.2f} ms)" \
+        if pred["error"] is not None else ""
+    print(f"predicted latency {pred['predicted_latency_us'] / 1e3:.2f} ms{err}" + (f"; {pred['note']}" if pred["note"] else ""))
     print(f"wrote {a.rdir / 'ops_profile.csv'}")
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Stage 04: critical path of the ONNX DAG -> critical_path.csv.
 
-Node weights are 01's measured latency (via ops_profile.csv); with no profile, 03's roofline time.
+Node weights are 01's measured latency (via ops_profile.csv); with no profile, 03's predicted time (the
+calibrated latency model; the roofline when there is none), or the roofline lower bound on request.
 Summary: critical-path time, sum of node times, parallelism (sum / critical), topological stages (ASAP
 levels) and the most ops in one stage.
 """
@@ -19,17 +20,18 @@ from lib.roofline import known_or_zero
 
 def main(argv=None):
     p = cli.parser(__doc__)
-    p.add_argument("--weight", choices=["auto", "measured", "roofline"], default="auto",
-                   help="node weight: measured latency, roofline time, or auto = measured when 01 ran (default)")
+    p.add_argument("--weight", choices=["auto", "measured", "predicted", "roofline"], default="auto",
+                   help="node weight: measured latency, predicted time (03's t_pred_us), roofline lower bound, or "
+                        "auto = measured when 01 ran, else predicted (default)")
     a = cli.parse(p, argv)
     arrays, res, _ = analysed_arrays(a.rdir, a.model)
     metas = res.require("merge_meta.json")
-    prof = read_csv(a.rdir, "ops_profile.csv", ("node", "op_type", "latency_us", "t_roofline_us"))
+    prof = read_csv(a.rdir, "ops_profile.csv", ("node", "op_type", "latency_us", "t_roofline_us", "t_pred_us"))
     measured = prof["latency_us"].notna().all()
-    use = "measured" if (a.weight == "auto" and measured) or a.weight == "measured" else "roofline"
+    use = ("measured" if measured else "predicted") if a.weight == "auto" else a.weight
     if use == "measured" and not measured:
         raise StageError("no measured latency in ops_profile.csv: run 01_profile_onnx.py, then 03")
-    col = "latency_us" if use == "measured" else "t_roofline_us"
+    col = {"measured": "latency_us", "predicted": "t_pred_us", "roofline": "t_roofline_us"}[use]
     w, unknown = known_or_zero(prof[col])
     preds = arrays.preds()
     names = list(arrays.names)

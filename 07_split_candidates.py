@@ -10,7 +10,7 @@ skip/residual block, when they break a constraint, in strict mode, or as near-du
 neighbour. The default ranking puts the latency-energy Pareto layers first, then the score. Baselines: the
 whole graph on A, and on B. Writes boundaries.csv, pareto_export.csv, candidate_pruning.json,
 split_candidates.tex, split_summary.json (baselines, best split), split_model.json (for the report's what-if),
-system_config.json and workload_profile.json. Reuses stage 02's inferred graph (graph.onnx).
+system_config.json and workload_profile.json. Reuses stage 02's graph structure (graph.npz).
 """
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from lib import cli
 from lib.artifacts import atomic_path, read_csv, versions, write_csv, write_json
 from lib.boundary_sweep import sweep
 from lib.inputs import InputSpec
-from lib.loading import analysed
+from lib.loading import analysed_arrays
 from lib.provenance import stamp
 from lib.splits import (add_costs, baselines, feasibility_reasons, latex_table, pareto_table, print_summary,
                         prune_and_rank, pruning_summary, ranking_overrides, split_model, split_summary,
@@ -46,25 +46,25 @@ def main(argv=None):
     system = ranking_overrides(load_system(a.system), by=a.rank_by, top_k=a.top_k, min_compute_share=a.min_compute_share,
                                dedup_window=a.dedup_window, skip_block_min_span=a.skip_span, strict=a.strict)
     rk = system["ranking"]
-    an, res = analysed(a.rdir, a.model, InputSpec.from_args(a))
+    arrays, res, spec = analysed_arrays(a.rdir, a.model, InputSpec.from_args(a))
     metas = res.require("merge_meta.json")
     prof = read_csv(a.rdir, "ops_profile.csv", ("node", "flops", "act_in_bytes", "act_out_bytes", "weight_bytes", "latency_us"))
     latency = prof["latency_us"].to_numpy(float) if metas["merge_meta.json"]["latency_source"] == "measured" else None
-    print(f"sweeping {len(an.graph.nodes) - 1} boundaries of {a.model} ({len(an.graph.nodes)} nodes)")
-    df = sweep(an.graph, int(rk.get("skip_block_min_span", 4)), float(rk.get("skip_block_max_share", 0.25)))
-    df = add_costs(df, prof, latency, system, an.graph)
+    print(f"sweeping {len(arrays.names) - 1} boundaries of {a.model} ({len(arrays.names)} nodes)")
+    df = sweep(arrays, int(rk.get("skip_block_min_span", 4)), float(rk.get("skip_block_max_share", 0.25)))
+    df = add_costs(df, prof, latency, system, arrays)
     df = prune_and_rank(df, system, feasibility_reasons(a.feasibility, a.feasibility_arch) if a.feasibility else None)
     top = df[df["rank"] <= int(rk.get("top_k", 10))].sort_values("rank")
     pareto = pareto_table(df)
     summ = split_summary(df, baselines(prof, latency, system), system)
     ident = metas["merge_meta.json"]["identity"]
     wp = stamp({"latency_source": "measured (01)" if latency is not None else "roofline",
-                "workload": an.spec.workload}, ident, metas)
+                "workload": spec.workload}, ident, metas)
     write_csv(df, a.rdir / "boundaries.csv")
     write_csv(pareto, a.rdir / "pareto_export.csv")
     write_json({**pruning_summary(df, rk), "constraints": system.get("constraints"),
                 "feasibility": {"file": a.feasibility, "arch": a.feasibility_arch} if a.feasibility else None},
-               a.rdir / "candidate_pruning.json")
+               a.rdir / "candidate_pruning.json", indent=None if len(df) > 10_000 else 2)
     with atomic_path(a.rdir / "split_candidates.tex") as tmp:
         tmp.write_text(latex_table(top, Path(a.model).name))
     write_json({**system, "source": a.system, "versions": versions()}, a.rdir / "system_config.json")

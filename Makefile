@@ -9,6 +9,7 @@ HOST    ?= configs/host.yaml
 WORKLOAD ?= configs/workload.yaml
 OFFLOAD ?= configs/offload.yaml
 SYSTEM  ?= configs/system.yaml
+LATENCY_MODEL ?= configs/latency_model.yaml
 RUNS    ?= 10
 LIB     := $(wildcard lib/*.py)
 # The one input spec, given to every stage that shapes or feeds inputs (01, 02, 07, 08, 10):
@@ -40,7 +41,7 @@ $(shell mkdir -p $(R); printf '%s\n' "$(SPEC_TEXT)" | cmp -s - $(SPEC_STAMP) || 
 $(shell printf '%s\n' "$(PROFILE_TEXT)" | cmp -s - $(PROFILE_STAMP) || printf '%s\n' "$(PROFILE_TEXT)" > $(PROFILE_STAMP))
 endif
 
-.PHONY: all test calibrate clean venv help fx
+.PHONY: all test calibrate sweep clean venv help fx
 .DELETE_ON_ERROR:
 
 all: $(R)/report.html
@@ -52,7 +53,8 @@ help:
 	@echo "make test                    run the tests"
 	@echo "make all HAILO=1             ... with stage 10's Hailo check pruning split candidates (07 -> 10 -> 07)"
 	@echo "make fx [TORCH_MODEL=resnet18]  stage 09: FX characterize, fuse, concurrency, hardware mapping + plot"
-	@echo "make calibrate               measure this host's peak FLOP/s and bandwidth into $(HOST)"
+	@echo "make calibrate               measure this host's peak FLOP/s and bandwidth into $(HOST), fit $(LATENCY_MODEL)"
+	@echo "make sweep MODEL=m.onnx [BATCHES=\"1 2 4 8 16\"]  measured vs predicted latency per batch -> sweep.csv"
 	@echo "make clean                   remove results/ and models/"
 
 venv: $(VENV)
@@ -73,8 +75,8 @@ $(R)/ops_latency.csv: $(MODEL) 01_profile_onnx.py $(LIB) $(WORKLOAD) $(SPEC_STAM
 $(R)/ops_metrics.csv: $(MODEL) 02_shapes_flops_bytes.py $(LIB) $(WORKLOAD) $(SPEC_STAMP) | $(VENV)
 	$(PY) 02_shapes_flops_bytes.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) $(SPEC_ARGS)
 
-$(R)/ops_profile.csv: $(R)/ops_latency.csv $(R)/ops_metrics.csv 03_merge_profile_metrics.py $(LIB) $(HOST)
-	$(PY) 03_merge_profile_metrics.py --results $(R) --host $(HOST)
+$(R)/ops_profile.csv: $(R)/ops_latency.csv $(R)/ops_metrics.csv 03_merge_profile_metrics.py $(LIB) $(HOST) $(LATENCY_MODEL)
+	$(PY) 03_merge_profile_metrics.py --model $(MODEL) --results $(R) --host $(HOST) --latency-model $(LATENCY_MODEL)
 
 $(R)/critical_path.csv: $(R)/ops_profile.csv 04_critical_path.py $(LIB)
 	$(PY) 04_critical_path.py --model $(MODEL) --results $(R)
@@ -121,6 +123,11 @@ fx: | $(VENV)
 
 calibrate: | $(VENV)
 	$(PY) -m lib.calibrate --host $(HOST)
+
+# measured and predicted latency, throughput and arithmetic intensity per batch -> results/<stem>/sweep.csv + plot
+BATCHES ?= 1 2 4 8 16
+sweep: | $(VENV)
+	$(PY) -m lib.sweep --model $(MODEL) --results $(R) --batches $(BATCHES) --runs $(RUNS) $(SHAPE_ARGS) $(if $(PRESET),--preset $(PRESET))
 
 test: | $(VENV)
 	$(PY) -m pytest -q tests

@@ -1,9 +1,16 @@
-"""`make calibrate`: measure this host's peak fp32 FLOP/s and memory bandwidth, record them in host.yaml.
+"""`make calibrate`: measure this host's peak fp32 FLOP/s and memory bandwidth, record them in host.yaml, then
+fit the latency model (configs/latency_model.yaml) on micro-benchmarks run through ONNX Runtime.
 
 Peak FLOP/s: a large fp32 matmul (torch, all cores), best of several. Bandwidth: a STREAM-style triad
 a = b + s*c (one fused pass; 24 bytes moved per element, STREAM's counting) on arrays far larger than the
 last-level cache, best of several. Only the lines marked `# (calibrated)` in the host file are rewritten;
 every other hand edit stays.
+
+Latency model (lib/latency_model.py): single-op ONNX graphs (lib/microbench.py) run with stage 01's ORT
+settings and profiling code, costed with stage 02's code, and a per-op-class efficiency model fitted on
+their kernel times; its error per class is printed on the training shapes and on held-out shapes never used
+in the fit. `--skip-micro` does the peak/bandwidth part only (the old behaviour); `--quick` is a small
+version for tests (~20 s; its figures are not meant to be used).
 """
 from __future__ import annotations
 
@@ -58,24 +65,196 @@ def update_host_file(path: Path, values: dict[str, float]) -> None:
         tmp.write_text(text)
 
 
+TARGETS = {"cpu": "cpu_us", "q25": "q25_us", "median": "latency_us", "p10": "p10_us", "min": "min_us"}
+
+
+def _host_description() -> dict:
+    import platform
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"hostname": platform.node(), "cpu": cpu or platform.processor() or platform.machine(),
+            "cores": os.cpu_count()}
+
+
+def calibrate_latency_model(host: dict, out: Path | None, *, quick: bool = False, budget_s: float = 80.0,
+                            target: str = "cpu", threads: int = 0, save_bench: str | None = None,
+                            bench_csv: str | None = None, passes: int = 1) -> tuple[dict, dict]:
+    """Micro-benchmarks (or a saved table of them) -> fitted latency model; writes `out` unless None.
+    Returns (the YAML document, the fit report)."""
+    import pandas as pd
+
+    from . import latency_model as lm
+    from . import microbench as mb
+    from .errors import StageError
+    peaks, bw = host["peak_flops_per_s"], float(host["mem_bw_bytes_per_s"])
+    t0 = time.perf_counter()
+    if bench_csv:
+        try:
+            bench = pd.read_csv(bench_csv)
+        except (OSError, ValueError) as e:
+            raise StageError(f"--fit-only {bench_csv}: not a readable micro-benchmark table ({type(e).__name__}); "
+                             f"write one with --save-bench") from None
+        missing = [c for c in ("node", "op_type", "op_class", "flops", "attribution", "split") if c not in bench]
+        if missing:
+            raise StageError(f"--fit-only {bench_csv} lacks columns {missing}: write it with --save-bench")
+        dispatch = {"fixed_us": 0.0, "per_kernel_us": 0.0}
+        if "dispatch_fixed_us" in bench:
+            dispatch = {"fixed_us": float(bench["dispatch_fixed_us"].iloc[0]),
+                        "per_kernel_us": float(bench["dispatch_per_kernel_us"].iloc[0])}
+        if "threads" in bench:
+            threads = int(bench["threads"].iloc[0])
+        print(f"fitting on the saved micro-benchmarks {bench_csv} ({len(bench)} rows, threads={threads or 'all'})")
+    else:
+        cases = mb.cases(quick=quick)
+        n_tr = sum(c.split == "train" for c in cases)
+        print(f"micro-benchmarks through ONNX Runtime: {len(cases)} single-op cases ({n_tr} training, "
+              f"{len(cases) - n_tr} held-out), threads={threads or 'all'} ...", flush=True)
+        tables = []
+        for k in range(passes):
+            if passes > 1:
+                print(f"  pass {k + 1}/{passes}", flush=True)
+            tables.append(mb.run_cases(cases, threads=threads, budget_s=budget_s, min_runs=3 if quick else 5,
+                                       max_runs=8 if quick else 40))
+        bench = mb.combine_passes(tables)
+        dispatch = mb.measure_dispatch(threads=threads, lengths=(1, 32) if quick else (1, 64, 256),
+                                       runs=10 if quick else 30)
+        bench["dispatch_fixed_us"] = dispatch["fixed_us"]
+        bench["dispatch_per_kernel_us"] = dispatch["per_kernel_us"]
+        print(f"  ORT dispatch outside kernels: {dispatch['per_kernel_us']:.2f} us per kernel + "
+              f"{dispatch['fixed_us']:.1f} us per run")
+        if save_bench:
+            from .artifacts import write_csv
+            write_csv(bench, Path(save_bench))
+            print(f"  raw micro-benchmark table: {save_bench}")
+    col = TARGETS[target]
+    if col not in bench:
+        raise StageError(f"the micro-benchmark table has no {col} column (re-measure)")
+    bench["t_fit_us"] = bench[col]
+    wall_bench = time.perf_counter() - t0
+    model, report = lm.fit(bench, peaks, bw, dispatch={k: dispatch[k] for k in ("fixed_us", "per_kernel_us")})
+    import onnxruntime
+    meta = {
+        "host": {"name": host.get("name", ""), **_host_description()},
+        "calibrated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "onnxruntime": onnxruntime.__version__,
+        "threads": threads or f"all ({os.cpu_count()}, ORT's default as in stage 01)",
+        "opt_level": "all (ORT_ENABLE_ALL, stage 01's default)",
+        "timing": f"ORT profiler kernel time through stage 01's attribution; target {target}: " + (
+            "median over the runs of the kernel time x the run's CPU share (calling thread CPU time / wall "
+            "time): the time with the cores to itself, on a machine shared with other work" if target == "cpu"
+            else f"the {target} of the runs"),
+        "quick": bool(quick),
+        "fitted_against": {"peak_flops_per_s": {k: float(v) for k, v in peaks.items()},
+                           "mem_bw_bytes_per_s": bw},
+        "micro_benchmarks": {"source": str(bench_csv) if bench_csv else "measured by this run", "rows": int(len(bench)), "passes": int(bench["passes"].iloc[0]) if "passes" in bench else 1,
+                             "train_rows": int(report.get("all", {}).get("train", {}).get("n", 0)),
+                             "heldout_rows": int(report.get("all", {}).get("heldout", {}).get("n", 0)),
+                             "wall_s": round(wall_bench, 1)},
+        "fit_errors": {"all": report.get("all", {}), "by_class": report["by_class"]},
+    }
+    doc = lm.model_document(model, meta)
+    print_report(report)
+    fast = sorted(k for k, p in model.params.items()
+                  if p["e_max"] > 1.5 and k.split("/")[0].split("@")[0] in ("conv", "gemm", "matmul"))
+    if fast:
+        print(f"warning: {', '.join(fast)} compute faster than the host's peak FLOP/s (e_max > 1.5): the peak was "
+              f"under-measured (other work on the cores?). Predictions for this host stay right (the efficiencies "
+              f"are relative to the same figure); for another device re-measure the host's peak when it is idle.")
+    if out is not None:
+        lm.dump_yaml(doc, out, HEADER)
+        print(f"wrote {out}")
+    return doc, report
+
+
+HEADER = """\
+# Latency model of this host, written by `make calibrate` (python -m lib.calibrate); see lib/latency_model.py.
+# Per node:  t_us = overhead_us + max(F / (P * e(F)), B / (W * m)),   e(F) = e_max / (1 + (f_half / F)^gamma)
+#   F = FLOPs, B = bytes moved (stage 02's ops_metrics.csv), P = peak FLOP/s of the node's element type,
+#   W = memory bandwidth (the device's: host.yaml here, a device of system.yaml for another one).
+# A node uses the most specific key below: <class>/<op_type>+fused (a node other nodes are fused into: ORT runs
+# its fused kernel), <class>/<op_type>, <class>@int8, <class>, fallback[class], default.
+# Session latency = sum over nodes that run (fused and removed ones: 0) of t_us + dispatch.per_kernel_us,
+# plus dispatch.fixed_us. fit_error: |predicted/measured - 1| on micro-benchmark shapes (train / held-out).
+# A device profile for another device is a file of the same format.
+"""
+
+
+def print_report(report: dict) -> None:
+    def f(d):
+        return f"{d['n']:>4} {100 * d['median']:>6.1f}% {100 * d['worst']:>7.1f}%" if d.get("n") else f"{0:>4} {'-':>7} {'-':>8}"
+    print(f"{'class':<22} {'train: n  median   worst':>25}   {'held-out: n  median   worst':>28}")
+    for c in sorted(report["by_class"]):
+        v = report["by_class"][c]
+        print(f"{c:<22} {f(v.get('train', {})):>25}   {f(v.get('heldout', {})):>28}")
+    a = report.get("all", {})
+    print(f"{'all':<22} {f(a.get('train', {})):>25}   {f(a.get('heldout', {})):>28}")
+    for name in ("heldout",):
+        for w in report.get("worst", {}).get(name, [])[:3]:
+            print(f"  worst {name}: {w['label']} ({w['key']}): measured {w['measured_us']} us, off by {100 * w['err']:.0f}%")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default=str(CONFIGS / "host.yaml"), help="host file to update (default: %(default)s)")
-    p.add_argument("--matmul-n", type=int, default=2048, help="matrix size of the fp32 matmul (default 2048)")
-    p.add_argument("--triad-mib", type=int, default=256, help="MiB per triad array (default 256, far above any LLC)")
+    p.add_argument("--matmul-n", type=int, default=None, help="matrix size of the fp32 matmul (default 2048; 1024 with --quick)")
+    p.add_argument("--triad-mib", type=int, default=None,
+                   help="MiB per triad array (default 256, far above any LLC; 64 with --quick)")
     p.add_argument("--dry-run", action="store_true", help="measure and print, do not write")
+    p.add_argument("--skip-micro", action="store_true",
+                   help="peak FLOP/s and bandwidth only (the old behaviour): no micro-benchmarks, no latency model")
+    p.add_argument("--quick", action="store_true", help="a few small micro-benchmarks (~20 s; for tests, not for use)")
+    p.add_argument("--out", default=str(CONFIGS / "latency_model.yaml"),
+                   help="latency model file to write (default: %(default)s)")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="seconds of measured micro-benchmark runs, spread over the cases (default 80; 6 with --quick)")
+    p.add_argument("--passes", type=int, default=1,
+                   help="measure every case this many times, at different moments, and keep each node's best "
+                        "(default 1; 3 on a machine shared with other work)")
+    p.add_argument("--target", choices=sorted(TARGETS), default="cpu",
+                   help="which statistic of a node's runs the fit targets (default cpu: kernel time scaled by the "
+                        "run's CPU share, robust to other work on the cores; median: plain median)")
+    p.add_argument("--threads", type=int, default=0, help="ORT intra-op threads; 0 = ORT's default, all cores (as stage 01)")
+    p.add_argument("--save-bench", metavar="CSV", help="also write the raw micro-benchmark table here")
+    p.add_argument("--fit-only", metavar="CSV", help="no measurement at all: refit from a table saved with --save-bench, "
+                   "against the host file's peaks")
     a = p.parse_args(argv)
-    if not a.dry_run and not Path(a.host).exists():
+    if not Path(a.host).exists():
         raise SystemExit(f"error: host file {a.host} not found (restore configs/host.yaml from git)")
-    print(f"measuring fp32 matmul {a.matmul_n}x{a.matmul_n} on {os.cpu_count()} cores ...", flush=True)
-    flops = measure_matmul(a.matmul_n)
-    print(f"  peak fp32: {flops / 1e9:.1f} GFLOP/s")
-    print(f"measuring STREAM triad on 3 x {a.triad_mib} MiB arrays ...", flush=True)
-    bw = measure_triad(a.triad_mib)
-    print(f"  bandwidth: {bw / 1e9:.1f} GB/s")
-    if not a.dry_run:
-        update_host_file(Path(a.host), {"float": flops, "default": flops, "mem_bw_bytes_per_s": bw})
-        print(f"updated {a.host} (lines marked '# (calibrated)'; other hand edits kept)")
+    matmul_n = a.matmul_n or (1024 if a.quick else 2048)
+    triad_mib = a.triad_mib or (64 if a.quick else 256)
+    from .errors import StageError
+    from .host import load_host
+    try:
+        if a.fit_only:
+            calibrate_latency_model(load_host(a.host), None if a.dry_run else Path(a.out), target=a.target,
+                                    bench_csv=a.fit_only)
+            return
+        print(f"measuring fp32 matmul {matmul_n}x{matmul_n} on {os.cpu_count()} cores ...", flush=True)
+        flops = measure_matmul(matmul_n)
+        print(f"  peak fp32: {flops / 1e9:.1f} GFLOP/s")
+        print(f"measuring STREAM triad on 3 x {triad_mib} MiB arrays ...", flush=True)
+        bw = measure_triad(triad_mib)
+        print(f"  bandwidth: {bw / 1e9:.1f} GB/s")
+        if not a.dry_run:
+            update_host_file(Path(a.host), {"float": flops, "default": flops, "mem_bw_bytes_per_s": bw})
+            print(f"updated {a.host} (lines marked '# (calibrated)'; other hand edits kept)")
+        if a.skip_micro:
+            return
+        host = load_host(a.host)
+        if a.dry_run:   # the figures just measured, as the host file would have them
+            host["peak_flops_per_s"] = {**host["peak_flops_per_s"], "float": flops, "default": flops}
+            host["mem_bw_bytes_per_s"] = bw
+        calibrate_latency_model(host, None if a.dry_run else Path(a.out), quick=a.quick,
+                                budget_s=a.budget_s if a.budget_s is not None else (6.0 if a.quick else 80.0),
+                                target=a.target, threads=a.threads, save_bench=a.save_bench, passes=max(1, a.passes))
+    except StageError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 if __name__ == "__main__":

@@ -30,11 +30,18 @@ SCORE_METRICS = (("comm", "comm_bytes"), ("imbalance", "time_imbalance"), ("late
 def device_factors(prof: pd.DataFrame, device: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-node (ec, em, ovh) of a modelled device, whose time per node is
     t_i = ovh_i + max(flops_i / (peak * ec_i), bytes_i / (bw * em_i)):
-    ec_i, em_i in (0, 1] are the compute and memory efficiencies, ovh_i a fixed cost in us; none depends on the
-    device's peak or bandwidth (the what-if panel changes those). Today the plain roofline: (1, 1, 0).
-    This is the one place where a calibrated latency model (issue 16) plugs in."""
+    ec_i, em_i are the compute and memory efficiencies, ovh_i a fixed cost in us; none depends on the device's
+    peak or bandwidth (the what-if panel changes those). A device with a `latency_model:` file (made by
+    `make calibrate`, lib/latency_model.py) takes them from it, the nodes ORT fuses (ops_profile.csv's
+    attribution) costing nothing; a device without one is the plain roofline: (1, 1, 0)."""
     n = len(prof)
-    return np.ones(n), np.ones(n), np.zeros(n)
+    if not device.get("latency_model"):
+        return np.ones(n), np.ones(n), np.zeros(n)
+    from .latency_model import model_for_device
+    lm = model_for_device(device, device["latency_model"])
+    att = prof["attribution"].fillna("").astype(str) if "attribution" in prof else pd.Series([""] * n)
+    return lm.factors(prof, float(device["peak_flops_per_s"]), float(device["mem_bw_bytes_per_s"]),
+                      att.isin(["fused", "not_run"]).to_numpy(), prof.get("fused_into"))
 
 
 def node_work(prof: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -125,7 +132,8 @@ def baselines(prof: pd.DataFrame, latency: np.ndarray | None, system: dict) -> d
         out[f"all_on_{k}_energy_j"] = float(dev["power_w"]) * t * 1e-6
         out[f"all_on_{k}_throughput_per_s"] = 1e6 / t if t > 0 else None
         out[f"device_{k}"] = {"name": dev.get("name", key), "power_w": float(dev["power_w"]),
-                              "time_source": "measured (01)" if measured_source(dev, latency) else "model (roofline)"}
+                              "time_source": "measured (01)" if measured_source(dev, latency) else
+                              (f"model ({dev['latency_model']})" if dev.get("latency_model") else "model (roofline)")}
     return out
 
 
@@ -170,7 +178,8 @@ def _static_rules(df: pd.DataFrame, r: dict, reasons: Reasons) -> None:
     if "left_graph_outputs" in df:
         reasons.flag((df["n_cut_tensors"] == 0) & (df["left_graph_outputs"] == 0), "nothing_crosses",
                      "nothing crosses: no cut tensor and no graph output finished on the left")
-    reasons.flag(df["skip_block"] != "", "skip_block", lambda i: f"inside skip block ({df['skip_block'].iat[i]})")
+    blocks = df["skip_block"].to_numpy(dtype=object)
+    reasons.flag(blocks != "", "skip_block", lambda i: f"inside skip block ({blocks[i]})")
     if r.get("strict"):
         reasons.flag(~df["strict_ok"], "strict", "strict: right part needs activations produced before the cut node")
 
@@ -313,13 +322,12 @@ PARETO_COLUMNS = ["front", "boundary", "after_node", "after_layer", "comm_bytes"
 
 def pareto_table(df: pd.DataFrame) -> pd.DataFrame:
     ok = df[~df["pruned"]]
-    rows = []
+    parts = []
     for front, xc, yc in (("comm_imbalance", "comm_bytes", "imbalance"), ("latency_energy", "est_latency_us", "est_energy_j")):
         idx = pareto_front(ok[xc].to_numpy(float), ok[yc].to_numpy(float))
-        sub = ok.iloc[idx].sort_values(xc)
-        for _, r in sub.iterrows():
-            rows.append({"front": front, **{c: r.get(c) for c in PARETO_COLUMNS[1:]}})
-    out = pd.DataFrame(rows, columns=PARETO_COLUMNS)
+        sub = ok.iloc[idx].sort_values(xc, kind="stable")
+        parts.append(sub.reindex(columns=PARETO_COLUMNS[1:]).assign(front=front))
+    out = pd.concat(parts, ignore_index=True)[PARETO_COLUMNS] if parts else pd.DataFrame(columns=PARETO_COLUMNS)
     out["boundary"] = out["boundary"].astype(int)
     return out
 
@@ -376,8 +384,9 @@ def pruning_summary(df: pd.DataFrame, rules: dict) -> dict:
     codes = pruned["pruned_by"].str.split(";").explode()
     return {"rules": rules, "boundaries": int(len(df)), "pruned": int(len(pruned)),
             "by_rule": {str(k): int(v) for k, v in codes.value_counts().items()},
-            "candidates": [{"boundary": int(r.boundary), "after_node": r.after_node, "rules": r.pruned_by.split(";"),
-                            "reasons": r.reason.split("; ")} for r in pruned.itertuples()]}
+            "candidates": [{"boundary": b, "after_node": n, "rules": c.split(";"), "reasons": t.split("; ")}
+                           for b, n, c, t in zip(pruned["boundary"].tolist(), pruned["after_node"].tolist(),
+                                                 pruned["pruned_by"].tolist(), pruned["reason"].tolist())]}
 
 
 # ---- the split advice (split_summary.json) and the what-if model (split_model.json) ----

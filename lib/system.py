@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .artifacts import load_yaml
+from .artifacts import REPO, load_yaml
 from .errors import StageError
 
 
@@ -17,8 +17,12 @@ def load_system(path: str | Path) -> dict:
             v = dev.get(k)
             if not isinstance(v, (int, float)) or v <= 0:
                 raise StageError(f"system config {path}: devices.{d}.{k} must be a positive number, got {v!r}")
-        if dev.get("source", "roofline") not in ("measured", "roofline"):
-            raise StageError(f"system config {path}: devices.{d}.source must be measured or roofline")
+        if dev.get("source", "roofline") not in ("measured", "roofline", "model"):
+            raise StageError(f"system config {path}: devices.{d}.source must be measured, or model (roofline)")
+        lm = dev.get("latency_model")
+        if lm is not None and not (Path(lm) if Path(lm).is_absolute() else REPO / lm).exists():
+            raise StageError(f"system config {path}: devices.{d}.latency_model {lm} not found (make calibrate "
+                             f"writes configs/latency_model.yaml)")
     link = s.get("link")
     if not isinstance(link, dict):
         raise StageError(f"system config {path}: link is missing")

@@ -120,53 +120,56 @@ def validate(model: onnx.ModelProto, table: NodeTable | None = None) -> None:
     _check_graph(model.graph, set(), "", table, opsets)
 
 
+TYPE_IDS = {f"tensor({name.lower()})": value for name, value in TensorProto.DataType.items()}
+
+
 @functools.cache
-def _schema(op: str, domain: str, version: int):
+def _rules(op: str, domain: str, version: int):
+    """What a node of this op must satisfy, compiled once per op: (schema, required input positions, attribute
+    types, required attributes, allowed element types per input position). None: no onnx schema (custom and
+    contrib ops: nothing to check)."""
     try:
-        return onnx.defs.get_schema(op, version, domain)
-    except Exception:  # noqa: BLE001 - custom and contrib ops have no onnx schema: nothing to check
+        s = onnx.defs.get_schema(op, version, domain)
+    except Exception:  # noqa: BLE001
         return None
+    opt = onnx.defs.OpSchema.FormalParameterOption
+    required = [k for k, f in enumerate(s.inputs) if f.option == opt.Single]
+    constraints = {c.type_param_str: c.allowed_type_strs for c in s.type_constraints}
+    allowed = []
+    for f in s.inputs:
+        strs = constraints.get(f.type_str, [f.type_str])
+        ok = f.option != opt.Variadic and all(t in TYPE_IDS for t in strs)
+        allowed.append(frozenset(TYPE_IDS[t] for t in strs) if ok else None)
+    attr_types = {name: int(spec.type.value) for name, spec in s.attributes.items()}
+    return s, required, attr_types, [n for n, spec in s.attributes.items() if spec.required], allowed
 
 
 def _check_schema(node, ins: list[str], outs: list[str], opsets: dict, types: dict, label) -> None:
     domain = "" if node.domain == "ai.onnx" else node.domain
-    if domain not in opsets:
+    rules = _rules(node.op_type, domain, opsets[domain]) if domain in opsets else None
+    if rules is None:
         return
-    s = _schema(node.op_type, domain, opsets[domain])
-    if s is None:
+    s, required, attr_types, required_attrs, allowed = rules
+    for k in required:
+        if k >= len(ins) or not ins[k]:
+            raise StageError(f"{label()} lacks its required input {s.inputs[k].name!r} ({node.op_type} needs at "
+                             f"least {s.min_input} inputs)")
+    for k, t in enumerate(ins[:len(allowed)]):
+        if t in types and allowed[k] is not None and types[t] and types[t] not in allowed[k]:
+            got = TensorProto.DataType.Name(types[t]).lower()
+            raise StageError(f"{label()}: input {t!r} is tensor({got}), which {s.name} does not take")
+    if not attr_types and not required_attrs:
         return
-    single = onnx.defs.OpSchema.FormalParameterOption.Single
-    for k, formal in enumerate(s.inputs):
-        if formal.option == single and (k >= len(ins) or not ins[k]):
-            raise StageError(f"{label()} lacks its required input {formal.name!r} ({node.op_type} needs at least "
-                             f"{s.min_input} inputs)")
-        if k < len(ins) and ins[k] in types and formal.option != onnx.defs.OpSchema.FormalParameterOption.Variadic:
-            _check_input_type(s, formal, types[ins[k]], ins[k], label)
     given = {a.name: a for a in node.attribute}
-    for name, spec in s.attributes.items():
-        a = given.get(name)
-        if a is None:
-            if spec.required:
-                raise StageError(f"{label()} lacks its required attribute {name!r}")
-        elif a.type != int(spec.type.value):
+    for name in required_attrs:
+        if name not in given:
+            raise StageError(f"{label()} lacks its required attribute {name!r}")
+    for name, a in given.items():
+        want = attr_types.get(name)
+        if want is not None and a.type != want:
             raise StageError(f"{label()}: attribute {name!r} has type {onnx.AttributeProto.AttributeType.Name(a.type)}, "
-                             f"the {node.op_type} schema says {spec.type.name}")
-    _check_bodies(node, given, len([o for o in outs]), label)
-
-
-def _check_input_type(s, formal, elem_type: int, name: str, label) -> None:
-    allowed = next((c.allowed_type_strs for c in s.type_constraints if c.type_param_str == formal.type_str), None)
-    if allowed is None or not elem_type:
-        return
-    try:
-        got = f"tensor({onnx.helper.tensor_dtype_to_np_dtype(elem_type).name})"
-    except Exception:  # noqa: BLE001
-        return
-    names = {"tensor(float32)": "tensor(float)", "tensor(float64)": "tensor(double)", "tensor(bool_)": "tensor(bool)"}
-    got = names.get(got, got)
-    if got not in allowed and not any(a.startswith("seq") or a.startswith("optional") for a in allowed):
-        raise StageError(f"{label()}: input {name!r} is {got}, which {s.name} does not take (allowed: "
-                         f"{', '.join(allowed)})")
+                             f"the {node.op_type} schema says {onnx.AttributeProto.AttributeType.Name(want)}")
+    _check_bodies(node, given, len(outs), label)
 
 
 def _check_bodies(node, given: dict, n_out: int, label) -> None:

@@ -39,6 +39,23 @@ def run_stage(script, *args, cwd=REPO):
                           capture_output=True, text=True, timeout=600)
 
 
+def system_yaml(path, a_model=None, **ranking):
+    """A two-device system of the tests' own (not the shipped configs/system.yaml): A and B plain rooflines
+    unless `a_model` names a latency model file for A."""
+    import yaml
+    a = {"name": "A", "source": "model", "peak_flops_per_s": 2e11, "mem_bw_bytes_per_s": 2e10, "power_w": 10.0}
+    if a_model:
+        a["latency_model"] = str(a_model)
+    doc = {"devices": {"A": a, "B": {"name": "B", "source": "model", "peak_flops_per_s": 4e12,
+                                     "mem_bw_bytes_per_s": 1e10, "power_w": 2.0}},
+           "link": {"bandwidth_bytes_per_s": 1e9, "latency_us": 10.0, "energy_per_byte_j": 1e-10},
+           "constraints": {}, "ranking": {"by": "score", "top_k": 10, "min_compute_share": 0.05, "dedup_window": 3,
+                                          "skip_block_min_span": 4, "skip_block_max_share": 0.25,
+                                          "weights": {"comm": 1.0, "imbalance": 1.0, "latency": 0.5}, **ranking}}
+    Path(path).write_text(yaml.safe_dump(doc))
+    return path
+
+
 def costs(model, rdir, *args):
     """Stages 02 and 03 (roofline only) on a model: what 04-10 need first."""
     for stage, extra in (("02_shapes_flops_bytes.py", ["--model", model, *args]), ("03_merge_profile_metrics.py", [])):

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from onnx import helper, shape_inference
 
-from conftest import costs, make_model, run_stage, tensor, weight
+from conftest import REPO, costs, make_model, run_stage, system_yaml, tensor, weight
 from lib.splits import device_factors, modelled_times, pareto_front, pareto_layers
 
 
@@ -45,7 +45,8 @@ def naive_comm(model_path):
 def test_comm_matches_naive_count(tv_models, tmp_path, name):
     model = tv_models(name)
     costs(model, tmp_path)
-    r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path)
+    sysfile = system_yaml(tmp_path / "system.yaml")
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path, "--system", sysfile)
     assert r.returncode == 0, r.stderr
     df = pd.read_csv(tmp_path / "boundaries.csv")
     comm, count = naive_comm(model)
@@ -257,3 +258,27 @@ def test_every_boundary_pruned_exits_0_with_no_candidate(tmp_path):
     r = run_stage("08_export_splits.py", "--model", model, "--results", tmp_path, "--runs", "1")
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "validation_report.json").read_text())["splits"] == []
+
+
+def test_a_device_with_a_latency_model_uses_its_prediction(tmp_path):
+    """Device A modelled by the calibrated latency model: all-on-A is 03's predicted session (same model, same
+    host figures), and every boundary's t_dev_a_us is the prefix sum of t_pred_us."""
+    import yaml
+    from lib.latency_model import load_latency_model
+    model = tmp_path / "skip.onnx"
+    skip_model(model)
+    lm = REPO / "configs" / "latency_model.yaml"
+    host = yaml.safe_load((REPO / "configs" / "host.yaml").read_text())
+    costs(model, tmp_path)
+    sysfile = system_yaml(tmp_path / "system.yaml", a_model=lm)
+    doc = yaml.safe_load(sysfile.read_text())
+    doc["devices"]["A"].update(peak_flops_per_s=host["peak_flops_per_s"]["default"], mem_bw_bytes_per_s=host["mem_bw_bytes_per_s"])
+    sysfile.write_text(yaml.safe_dump(doc))
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path, "--system", sysfile,
+                  "--min-compute-share", "0")
+    assert r.returncode == 0, r.stderr
+    prof = pd.read_csv(tmp_path / "ops_profile.csv")
+    df = pd.read_csv(tmp_path / "boundaries.csv")
+    assert np.allclose(df["t_dev_a_us"], np.cumsum(prof["t_pred_us"])[: len(df)], rtol=1e-9)
+    assert load_latency_model(lm).predict(prof, host["peak_flops_per_s"]["default"], host["mem_bw_bytes_per_s"]).sum() \
+        == pytest.approx(prof["t_pred_us"].sum(), rel=1e-9)
