@@ -150,6 +150,10 @@ def _original_tensor(name: str, outputs: list[str], g: Graph, node_index: dict[s
     for o in outputs:
         if o in g.producer:
             return o, True
+    # ORT names a fusion's node "<original node>/<FusionName>/" (node_silu_1/QuickGeluFusion/)
+    head = name.split("/")[0]
+    if head != name and head in node_index and g.nodes[node_index[head]].output:
+        return g.nodes[node_index[head]].output[0], False
     parts = name.split("_")
     for k in range(len(parts) - 1, 0, -1):
         cand = "_".join(parts[:k])

@@ -12,7 +12,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 
 def tensor(name, shape, dtype=TensorProto.FLOAT):

@@ -30,7 +30,14 @@ def test_hand_made_costs_fusion_and_concurrency():
     assert s["critical_path_ops"] == 8                                    # one of a/b is off the path
     hw = res["hardware"]
     assert set(hw["hardware"]) >= {"h100_sxm5", "tpu_v4", "hailo8", "kpu_t64", "desktop_i7_12700k", "host"}
-    assert (hw["utilization"] > 0).all() and (hw["utilization"] <= 1).all()
+    # utilization by hand: threads / (waves x units x lanes), waves = ceil(threads / (units x lanes))
+    from lib.hardware import load_profiles, map_subgraphs
+    prof = load_profiles()["h100_sxm5"]
+    lanes = prof["compute_units"] * prof["lanes_per_unit"]
+    sg = pd.DataFrame({"subgraph": [0, 1], "threads": [lanes // 2, lanes + 1], "flops": [1e6, 1e6],
+                       "bytes_after": [1e3, 1e3], "weight_bytes": [0.0, 0.0]})
+    util = map_subgraphs(sg, prof)["utilization"].tolist()
+    assert util == pytest.approx([(lanes // 2) / lanes, (lanes + 1) / (2 * lanes)])
 
 
 def test_resnet18_is_a_chain_with_downsample_branches():
