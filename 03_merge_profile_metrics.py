@@ -66,11 +66,12 @@ def main(argv=None):
     metas = res.require(*names, light=read_validated(a.model) if a.model else None)
     latency = read_csv(a.rdir, "ops_latency.csv", ("node", "latency_us")) if measured else None
     if not measured:
-        print("note: no ops_latency.csv (run 01_profile_onnx.py for measured latency): roofline only")
+        print("note: no ops_latency.csv (run 01_profile_onnx.py for measured latency): roofline and predicted time only")
     df, pred = predicted(roofline(merge(metrics, latency), host), {"measured": measured}, host, a, metas)
     write_csv(df, a.rdir / "ops_profile.csv")
     write_json(stamp({"host_config": str(a.host), "host": host, "latency_source": "measured" if measured else "none",
-                      "prediction": pred, "versions": versions()}, metas["metrics_meta.json"]["identity"], metas),
+                      "prediction": pred, "versions": versions()}, metas["metrics_meta.json"]["identity"], metas,
+                     absent=[] if measured or a.no_profile else ["profile_meta.json"]),
                a.rdir / "merge_meta.json")
     report(df, measured)
     err = f" ({100 * pred['error']:+.0f}% vs the measured session {pred['measured_latency_us'] / 1e3:.2f} ms)" \

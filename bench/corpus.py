@@ -49,7 +49,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests import wild_models as wm  # noqa: E402
-from tests.executed_macs import executed_macs  # noqa: E402
+from tests.executed_macs import executed_macs, random_feeds  # noqa: E402
 
 CORPUS = REPO / "models" / "corpus"
 WHEELS = CORPUS / "_wheels"
@@ -139,28 +139,11 @@ def _graph_stats(m: onnx.ModelProto):
 
 
 def _feeds_for(path, shapes=None, values=None, seed=0):
-    """Seeded random feeds at the given shapes (declared static dims otherwise; other dims 1)."""
-    m = onnx.load(str(path), load_external_data=False)
-    inits = {t.name for t in m.graph.initializer}
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for vi in m.graph.input:
-        if vi.name in inits:
-            continue
-        if values and vi.name in values:
-            feeds[vi.name] = values[vi.name]
-            continue
-        tt = vi.type.tensor_type
-        dims = list((shapes or {}).get(vi.name) or
-                    [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim])
-        dt = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        if np.issubdtype(dt, np.integer):
-            feeds[vi.name] = rng.integers(0, 256, dims).astype(dt)
-        elif dt == np.bool_:
-            feeds[vi.name] = np.ones(dims, bool)
-        else:
-            feeds[vi.name] = (rng.standard_normal(dims) * 0.5).astype(dt)
-    return feeds
+    """Seeded random feeds at the given shapes (declared static dims otherwise; other dims 1), the given
+    values where they matter."""
+    shapes = shapes or {i["name"]: [d if isinstance(d, int) and d > 0 else 1 for d in i["dims"]]
+                        for i in wm.graph_inputs(path)}
+    return {**random_feeds(path, shapes, seed), **(values or {})}
 
 
 def llm_feeds(path, batch=1, seq=32, past=96, vocab=None, seed=0):

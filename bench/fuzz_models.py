@@ -114,17 +114,12 @@ def _finish(graph, opset=17, ir=8, infer=True):
 
 def seed_cnn():
     """Conv -> BN -> Relu -> Conv -> Add(skip) -> Relu -> GlobalAveragePool -> Flatten -> Gemm."""
-    nodes = [
-        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
-        helper.make_node("BatchNormalization", ["c1", "s", "bb", "m", "v"], ["n1"], name="bn1"),
-        helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
-        helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
-        helper.make_node("Add", ["c2", "r1"], ["a"], name="add"),
-        helper.make_node("Relu", ["a"], ["r2"], name="relu2"),
-        helper.make_node("GlobalAveragePool", ["r2"], ["p"], name="gap"),
-        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
-        helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], name="fc", transB=1),
-    ]
+    pads = {"pads": [1, 1, 1, 1]}
+    spec = [("conv1", "Conv", "x w1 b1", "c1", pads), ("bn1", "BatchNormalization", "c1 s bb m v", "n1", {}),
+            ("relu1", "Relu", "n1", "r1", {}), ("conv2", "Conv", "r1 w2", "c2", pads), ("add", "Add", "c2 r1", "a", {}),
+            ("relu2", "Relu", "a", "r2", {}), ("gap", "GlobalAveragePool", "r2", "p", {}),
+            ("flatten", "Flatten", "p", "f", {}), ("fc", "Gemm", "f wf bf", "y", {"transB": 1})]
+    nodes = [helper.make_node(op, ins.split(), [out], name=name, **attrs) for name, op, ins, out, attrs in spec]
     inits = [_w("w1", (8, 3, 3, 3), 1), _w("b1", (8,), 2), _w("s", (8,), 3), _w("bb", (8,), 4), _w("m", (8,), 5),
              numpy_helper.from_array(np.ones(8, np.float32), "v"), _w("w2", (8, 8, 3, 3), 6),
              _w("wf", (10, 8), 7), _w("bf", (10,), 8)]
@@ -1670,12 +1665,18 @@ def check_02(rdir, model, mutant):
     return probs, names
 
 
-def check_07(rdir, names02):
-    probs = []
+def _table(path):
+    """(DataFrame, []) or (None, [the problem reading it])."""
     try:
-        df = _read_csv(rdir / "boundaries.csv")
+        return _read_csv(path), []
     except Exception as e:  # noqa: BLE001
-        return [f"boundaries.csv unreadable: {type(e).__name__}: {str(e)[:100]}"]
+        return None, [f"{path.name} unreadable: {type(e).__name__}: {str(e)[:100]}"]
+
+
+def check_07(rdir, names02):
+    df, probs = _table(rdir / "boundaries.csv")
+    if df is None:
+        return probs
     cols = [c for c in df.columns if c.endswith(("_bytes", "_us", "_j")) or c.startswith("flops_") or c == "n_cut_tensors"]
     for r in df.to_dict("records"):
         for c in cols:
@@ -1705,11 +1706,9 @@ def check_07(rdir, names02):
 
 
 def check_01(rdir, model):
-    probs = []
-    try:
-        df = _read_csv(rdir / "ops_latency.csv")
-    except Exception as e:  # noqa: BLE001
-        return [f"ops_latency.csv unreadable: {type(e).__name__}: {str(e)[:100]}"]
+    df, probs = _table(rdir / "ops_latency.csv")
+    if df is None:
+        return probs
     for r in df.to_dict("records"):
         for c in ("latency_us", "p10_us", "p90_us"):
             if c not in r:

@@ -3,26 +3,20 @@
 
     .venv/bin/python bench/fx_host_vs_measured.py [--models resnet50 resnet18 mobilenet_v2] [--runs 20]
 """
-import argparse
 import json
-import subprocess
-import sys
 
-from _models import REPO, ensure_model
+from _models import REPO, ensure_model, parser, run_stage
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=["resnet50", "resnet18", "mobilenet_v2"])
+    p = parser(__doc__, ["resnet50", "resnet18", "mobilenet_v2"])
     p.add_argument("--runs", type=int, default=20)
     a = p.parse_args()
-    py = sys.executable
     print(f"{'model':<16} {'09 host predicted ms':>21} {'01 measured ms (median)':>24} {'error':>7}")
     for name in a.models:
         model = ensure_model(name)
-        subprocess.run([py, "01_profile_onnx.py", "--model", str(model), "--runs", str(a.runs)], cwd=REPO, check=True,
-                       capture_output=True)
-        subprocess.run([py, "09_fx_partition.py", "--model", name], cwd=REPO, check=True, capture_output=True)
+        run_stage("01_profile_onnx.py", "--model", model, "--runs", a.runs)
+        run_stage("09_fx_partition.py", "--model", name)
         measured = json.loads((REPO / "results" / name / "profile_meta.json").read_text())["session_latency"]["median_us"]
         import pandas as pd
         hw = pd.read_csv(REPO / "results" / name / "fx_hardware.csv")

@@ -15,7 +15,6 @@ latency with the cores to itself ("uncontended"), and the CPU share the run got.
 |predicted/measured - 1| and, for the worst models, which op classes carry the error.
 Models are built into models/lat/ when missing (random weights, nothing downloaded).
 """
-import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from _models import REPO, ensure_model
+from _models import REPO, ensure_model, parser, quantized
 
 sys.path.insert(0, str(REPO))
 
@@ -37,21 +36,6 @@ MODELS = {   # stem: (export name, export args, stage shape args)
     "gpt2": ("hf-gpt2", [], ["--preset", "llm-128"]),
     "resnet18_int8": (None, [], []),
 }
-
-
-def quantized(src: Path, dst: Path) -> Path:
-    """ORT dynamic quantization of a float model (as bench/transformer_costs.py does it)."""
-    if dst.exists():
-        return dst
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    m = onnx.load(str(src))
-    m.graph.ClearField("value_info")   # ORT's quantizer re-infers shapes and trips on the exporter's value_info
-    tmp = dst.with_suffix(".f32.onnx")
-    onnx.save(m, str(tmp))
-    quantize_dynamic(str(tmp), str(dst), weight_type=QuantType.QInt8)
-    tmp.unlink()
-    return dst
 
 
 def model_path(stem: str) -> Path:
@@ -79,8 +63,8 @@ def class_table(per_node: pd.DataFrame, unc: pd.DataFrame | None) -> pd.DataFram
     return g.sort_values("measured_us", ascending=False)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def _args():
+    p = parser(__doc__)
     p.add_argument("--only", nargs="+", choices=list(MODELS), help="a subset of the models")
     p.add_argument("--runs", type=int, default=10, help="stage 01 runs (default 10)")
     p.add_argument("--reuse", action="store_true", help="reuse stage 01/02 results already in the bench folder")
@@ -91,57 +75,52 @@ def main():
     p.add_argument("--threads", type=int, default=0,
                    help="ORT intra-op threads for stage 01 and the CPU-time run (default 0 = all cores, stage 01's "
                         "default; 1 gives clean CPU-time references on a shared machine: calibrate with --threads 1 too)")
-    a = p.parse_args()
-    from lib.latency_model import load_latency_model, ort_node_roles
+    return p.parse_args()
+
+
+def measure(stem: str, a, lm, peaks, bw: float) -> tuple[dict, pd.DataFrame]:
+    """One model: stages 02 and 01 (unless reused), the prediction with fused nodes from 01 and from ORT's
+    optimized graph, the uncontended run. Returns (its row, its class_table)."""
+    from lib.latency_model import ort_node_roles
     from lib.sweep import compare, measure_uncontended, run_stages
-    lm = load_latency_model(a.latency_model)
-    roof = lm.fitted_roofline()
-    if roof is None:
-        from lib.host import load_host
-        h = load_host(REPO / "configs" / "host.yaml")
-        roof = (h["peak_flops_per_s"], float(h["mem_bw_bytes_per_s"]))
-    peaks, bw = roof
-    rows, per_class = [], {}
-    stems = a.only or list(MODELS)
-    hdr = (f"{'model':<16} {'session ms':>10} {'pred ms':>8} {'err':>7} {'pred(ORT) ms':>12} {'err':>7} "
-           f"{'kernel ms':>9} {'pred k ms':>9} {'err':>7} {'uncont. ms':>10} {'share':>5} {'err':>7} "
-           f"{'roofline ms':>11} {'meas/roof':>9}")
-    print(hdr)
-    for stem in stems:
-        m = model_path(stem)
-        shape_args = MODELS[stem][2]
-        rdir = Path(a.results_root) / stem
-        if not (a.reuse and (rdir / "ops_latency.csv").exists() and (rdir / "ops_metrics.csv").exists()):
-            run_stages(m, rdir, shape_args, runs=a.runs, threads=a.threads)
-        fo = None
-        if not a.no_ort_fusion:
-            preset = shape_args[shape_args.index("--preset") + 1] if "--preset" in shape_args else None
-            fo = ort_node_roles(m, preset=preset, workload=str(REPO / "configs" / "workload.yaml"))
-        c = compare(rdir, lm, peaks, bw, fo)
-        u = None
-        if not a.no_uncontended:
-            preset = shape_args[shape_args.index("--preset") + 1] if "--preset" in shape_args else None
-            u = measure_uncontended(m, None, str(REPO / "configs" / "workload.yaml"), preset, runs=a.runs,
-                                    threads=a.threads)
-        per_class[stem] = class_table(c["per_node"], u["per_node"] if u else None)
-        r = {"model": stem, "measured_ms": c["measured_us"] / 1e3, "predicted_ms": c["predicted_us"] / 1e3,
-             "err": c["predicted_us"] / c["measured_us"] - 1,
-             "predicted_ort_ms": c.get("predicted_ort_us", np.nan) / 1e3,
-             "err_ort": c.get("predicted_ort_us", np.nan) / c["measured_us"] - 1,
-             "kernel_ms": c["kernel_us"] / 1e3, "predicted_kernel_ms": c["predicted_kernel_us"] / 1e3,
-             "err_kernel": c["predicted_kernel_us"] / c["kernel_us"] - 1,
-             "measured_p10_ms": c["measured_p10_us"] / 1e3,
-             "err_p10": c["predicted_us"] / c["measured_p10_us"] - 1,
-             "roofline_ms": c["roofline_us"] / 1e3, "meas_over_roof": c["measured_us"] / c["roofline_us"],
-             "uncontended_ms": u["cpu_us"] / 1e3 if u else np.nan, "cpu_share": u["share"] if u else np.nan,
-             "err_uncontended": c["predicted_us"] / u["cpu_us"] - 1 if u else np.nan}
-        rows.append(r)
-        print(f"{stem:<16} {r['measured_ms']:>10.2f} {r['predicted_ms']:>8.2f} {100 * r['err']:>+6.1f}% "
-              f"{r['predicted_ort_ms']:>12.2f} {100 * r['err_ort']:>+6.1f}% {r['kernel_ms']:>9.2f} "
-              f"{r['predicted_kernel_ms']:>9.2f} {100 * r['err_kernel']:>+6.1f}% {r['uncontended_ms']:>10.2f} "
-              f"{r['cpu_share']:>5.2f} {100 * r['err_uncontended']:>+6.1f}% {r['roofline_ms']:>11.2f} "
-              f"{r['meas_over_roof']:>8.1f}x", flush=True)
-    df = pd.DataFrame(rows)
+    m = model_path(stem)
+    shape_args = MODELS[stem][2]
+    preset = shape_args[shape_args.index("--preset") + 1] if "--preset" in shape_args else None
+    workload = str(REPO / "configs" / "workload.yaml")
+    rdir = Path(a.results_root) / stem
+    if not (a.reuse and (rdir / "ops_latency.csv").exists() and (rdir / "ops_metrics.csv").exists()):
+        run_stages(m, rdir, shape_args, runs=a.runs, threads=a.threads)
+    fo = None if a.no_ort_fusion else ort_node_roles(m, preset=preset, workload=workload)
+    c = compare(rdir, lm, peaks, bw, fo)
+    u = None if a.no_uncontended else measure_uncontended(m, None, workload, preset, runs=a.runs, threads=a.threads)
+    r = {"model": stem, "measured_ms": c["measured_us"] / 1e3, "predicted_ms": c["predicted_us"] / 1e3,
+         "err": c["predicted_us"] / c["measured_us"] - 1,
+         "predicted_ort_ms": c.get("predicted_ort_us", np.nan) / 1e3,
+         "err_ort": c.get("predicted_ort_us", np.nan) / c["measured_us"] - 1,
+         "kernel_ms": c["kernel_us"] / 1e3, "predicted_kernel_ms": c["predicted_kernel_us"] / 1e3,
+         "err_kernel": c["predicted_kernel_us"] / c["kernel_us"] - 1,
+         "measured_p10_ms": c["measured_p10_us"] / 1e3,
+         "err_p10": c["predicted_us"] / c["measured_p10_us"] - 1,
+         "roofline_ms": c["roofline_us"] / 1e3, "meas_over_roof": c["measured_us"] / c["roofline_us"],
+         "uncontended_ms": u["cpu_us"] / 1e3 if u else np.nan, "cpu_share": u["share"] if u else np.nan,
+         "err_uncontended": c["predicted_us"] / u["cpu_us"] - 1 if u else np.nan}
+    return r, class_table(c["per_node"], u["per_node"] if u else None)
+
+
+HEADER = (f"{'model':<16} {'session ms':>10} {'pred ms':>8} {'err':>7} {'pred(ORT) ms':>12} {'err':>7} "
+          f"{'kernel ms':>9} {'pred k ms':>9} {'err':>7} {'uncont. ms':>10} {'share':>5} {'err':>7} "
+          f"{'roofline ms':>11} {'meas/roof':>9}")
+
+
+def print_row(r: dict) -> None:
+    print(f"{r['model']:<16} {r['measured_ms']:>10.2f} {r['predicted_ms']:>8.2f} {100 * r['err']:>+6.1f}% "
+          f"{r['predicted_ort_ms']:>12.2f} {100 * r['err_ort']:>+6.1f}% {r['kernel_ms']:>9.2f} "
+          f"{r['predicted_kernel_ms']:>9.2f} {100 * r['err_kernel']:>+6.1f}% {r['uncontended_ms']:>10.2f} "
+          f"{r['cpu_share']:>5.2f} {100 * r['err_uncontended']:>+6.1f}% {r['roofline_ms']:>11.2f} "
+          f"{r['meas_over_roof']:>8.1f}x", flush=True)
+
+
+def print_summary(df: pd.DataFrame) -> None:
     e = df["err"].abs()
     print(f"\nmedian |predicted/measured - 1| (session latency, fused from 01): {100 * e.median():.1f}%   "
           f"worst: {100 * e.max():.1f}% ({df.loc[e.idxmax(), 'model']})")
@@ -158,6 +137,10 @@ def main():
               f"({df.loc[eu.idxmax(), 'model']})")
     print(f"  plain roofline: measured / roofline median {df['meas_over_roof'].median():.2f}x "
           f"(range {df['meas_over_roof'].min():.2f}-{df['meas_over_roof'].max():.2f}x)")
+
+
+def print_worst(df: pd.DataFrame, per_class: dict[str, pd.DataFrame]) -> None:
+    """For the three worst models: which op classes carry the error."""
     key = "err_uncontended" if df["uncontended_ms"].notna().any() else "err"
     for stem in list(df.sort_values(key, key=abs, ascending=False)["model"])[:3]:
         t = per_class[stem]
@@ -166,6 +149,23 @@ def main():
         for cls, r in t.head(8).iterrows():
             print(f"  {cls:<16} {int(r['nodes']):>5} {r['measured_us'] / 1e3:>9.2f} {r['uncontended_us'] / 1e3:>9.2f} "
                   f"{r['predicted_us'] / 1e3:>9.2f} {r['diff_us'] / 1e3:>+9.2f}")
+
+
+def main():
+    a = _args()
+    from lib.latency_model import load_latency_model
+    from lib.sweep import model_roofline
+    lm = load_latency_model(a.latency_model)
+    peaks, bw = model_roofline(lm, REPO / "configs" / "host.yaml")
+    rows, per_class = [], {}
+    print(HEADER)
+    for stem in a.only or list(MODELS):
+        r, per_class[stem] = measure(stem, a, lm, peaks, bw)
+        rows.append(r)
+        print_row(r)
+    df = pd.DataFrame(rows)
+    print_summary(df)
+    print_worst(df, per_class)
     out = Path(a.results_root) / "predict_vs_measured.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out, index=False)

@@ -5,29 +5,24 @@
 
 Models are built into models/ when missing (random weights). Runs stages 02, 07 and 08 into results/<model>/.
 """
-import argparse
 import json
-import subprocess
-import sys
 import time
 
-from _models import REPO, ensure_model
+from _models import REPO, ensure_model, parser, run_stage
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=["resnet50", "mobilenet_v2", "efficientnet_b0", "vit_b_16"])
+    p = parser(__doc__, ["resnet50", "mobilenet_v2", "efficientnet_b0", "vit_b_16"])
     p.add_argument("--top-k", type=int, default=5)
     a = p.parse_args()
-    py = sys.executable
     print(f"{'model':<16} {'splits':>6} {'all pass':>8} {'worst max|diff|':>16} {'08 wall s':>10}")
     for name in a.models:
         model = ensure_model(name)
         for stage in ("02_shapes_flops_bytes.py", "07_split_candidates.py"):
-            subprocess.run([py, stage, "--model", str(model)], cwd=REPO, check=True, capture_output=True)
+            run_stage(stage, "--model", model)
         t0 = time.perf_counter()
-        r = subprocess.run([py, "08_export_splits.py", "--model", str(model), "--top-k", str(a.top_k), "--runs", "3",
-                            "--diagram", "none"], cwd=REPO, capture_output=True, text=True)
+        r = run_stage("08_export_splits.py", "--model", model, "--top-k", a.top_k, "--runs", 3, "--diagram", "none",
+                      check=False)
         wall = time.perf_counter() - t0
         if r.returncode not in (0, 1):
             print(f"{name:<16} failed: {r.stderr.strip().splitlines()[-1]}")

@@ -9,7 +9,6 @@ swin_t, convnext_tiny; Hugging Face BERT/GPT-2 from configs (h=256, 4 layers) at
 fp16 and with ONNX Runtime dynamic quantization; and models/gpt2_wide.onnx (h=1536, 12 layers, ~1.7 GB
 external data).
 """
-import argparse
 import json
 import re
 import subprocess
@@ -17,22 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from _models import REPO, ensure_model
+from _models import REPO, ensure_model, parser, quantized
 
 PY = sys.executable
-
-
-def quantized(src: Path, dst: Path) -> None:
-    if dst.exists():
-        return
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    m = onnx.load(str(src))
-    m.graph.ClearField("value_info")   # ORT's quantizer re-infers shapes and trips on the exporter's value_info
-    tmp = dst.with_suffix(".f32.onnx")
-    onnx.save(m, str(tmp))
-    quantize_dynamic(str(tmp), str(dst), weight_type=QuantType.QInt8)
-    tmp.unlink()
 
 
 def stage02(model: Path, *extra):
@@ -49,7 +35,7 @@ def stage02(model: Path, *extra):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__)
     p.add_argument("--skip-big", action="store_true", help="skip the >1 GB external-data model")
     a = p.parse_args()
     m = REPO / "models"

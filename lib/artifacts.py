@@ -87,14 +87,8 @@ def atomic_path(path: Path):
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> None:
-    """pyarrow's CSV writer (10x pandas' at 200k rows); pandas for what arrow cannot type (mixed objects)."""
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
     with atomic_path(path) as tmp:
-        try:
-            pcsv.write_csv(pa.Table.from_pandas(df, preserve_index=False), str(tmp))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-            df.to_csv(tmp, index=False)
+        df.to_csv(tmp, index=False)
 
 
 def write_json(obj, path: Path, indent: int | None = 2) -> None:

@@ -82,64 +82,63 @@ def _host_description() -> dict:
             "cores": os.cpu_count()}
 
 
-def calibrate_latency_model(host: dict, out: Path | None, *, quick: bool = False, budget_s: float = 80.0,
-                            target: str = "cpu", threads: int = 0, save_bench: str | None = None,
-                            bench_csv: str | None = None, passes: int = 1) -> tuple[dict, dict]:
-    """Micro-benchmarks (or a saved table of them) -> fitted latency model; writes `out` unless None.
-    Returns (the YAML document, the fit report)."""
+def _saved_bench(bench_csv: str, threads: int):
+    """(table, dispatch, threads) of a micro-benchmark table written by --save-bench (--fit-only)."""
     import pandas as pd
 
-    from . import latency_model as lm
-    from . import microbench as mb
     from .errors import StageError
-    peaks, bw = host["peak_flops_per_s"], float(host["mem_bw_bytes_per_s"])
-    t0 = time.perf_counter()
-    if bench_csv:
-        try:
-            bench = pd.read_csv(bench_csv)
-        except (OSError, ValueError) as e:
-            raise StageError(f"--fit-only {bench_csv}: not a readable micro-benchmark table ({type(e).__name__}); "
-                             f"write one with --save-bench") from None
-        missing = [c for c in ("node", "op_type", "op_class", "flops", "attribution", "split") if c not in bench]
-        if missing:
-            raise StageError(f"--fit-only {bench_csv} lacks columns {missing}: write it with --save-bench")
-        dispatch = {"fixed_us": 0.0, "per_kernel_us": 0.0}
-        if "dispatch_fixed_us" in bench:
-            dispatch = {"fixed_us": float(bench["dispatch_fixed_us"].iloc[0]),
-                        "per_kernel_us": float(bench["dispatch_per_kernel_us"].iloc[0])}
-        if "threads" in bench:
-            threads = int(bench["threads"].iloc[0])
-        print(f"fitting on the saved micro-benchmarks {bench_csv} ({len(bench)} rows, threads={threads or 'all'})")
-    else:
-        cases = mb.cases(quick=quick)
-        n_tr = sum(c.split == "train" for c in cases)
-        print(f"micro-benchmarks through ONNX Runtime: {len(cases)} single-op cases ({n_tr} training, "
-              f"{len(cases) - n_tr} held-out), threads={threads or 'all'} ...", flush=True)
-        tables = []
-        for k in range(passes):
-            if passes > 1:
-                print(f"  pass {k + 1}/{passes}", flush=True)
-            tables.append(mb.run_cases(cases, threads=threads, budget_s=budget_s, min_runs=3 if quick else 5,
-                                       max_runs=8 if quick else 40))
-        bench = mb.combine_passes(tables)
-        dispatch = mb.measure_dispatch(threads=threads, lengths=(1, 32) if quick else (1, 64, 256),
-                                       runs=10 if quick else 30)
-        bench["dispatch_fixed_us"] = dispatch["fixed_us"]
-        bench["dispatch_per_kernel_us"] = dispatch["per_kernel_us"]
-        print(f"  ORT dispatch outside kernels: {dispatch['per_kernel_us']:.2f} us per kernel + "
-              f"{dispatch['fixed_us']:.1f} us per run")
-        if save_bench:
-            from .artifacts import write_csv
-            write_csv(bench, Path(save_bench))
-            print(f"  raw micro-benchmark table: {save_bench}")
-    col = TARGETS[target]
-    if col not in bench:
-        raise StageError(f"the micro-benchmark table has no {col} column (re-measure)")
-    bench["t_fit_us"] = bench[col]
-    wall_bench = time.perf_counter() - t0
-    model, report = lm.fit(bench, peaks, bw, dispatch={k: dispatch[k] for k in ("fixed_us", "per_kernel_us")})
+    try:
+        bench = pd.read_csv(bench_csv)
+    except (OSError, ValueError) as e:
+        raise StageError(f"--fit-only {bench_csv}: not a readable micro-benchmark table ({type(e).__name__}); "
+                         f"write one with --save-bench") from None
+    missing = [c for c in ("node", "op_type", "op_class", "flops", "attribution", "split") if c not in bench]
+    if missing:
+        raise StageError(f"--fit-only {bench_csv} lacks columns {missing}: write it with --save-bench")
+    dispatch = {"fixed_us": 0.0, "per_kernel_us": 0.0}
+    if "dispatch_fixed_us" in bench:
+        dispatch = {"fixed_us": float(bench["dispatch_fixed_us"].iloc[0]),
+                    "per_kernel_us": float(bench["dispatch_per_kernel_us"].iloc[0])}
+    if "threads" in bench:
+        threads = int(bench["threads"].iloc[0])
+    print(f"fitting on the saved micro-benchmarks {bench_csv} ({len(bench)} rows, threads={threads or 'all'})")
+    return bench, dispatch, threads
+
+
+def _measured_bench(quick: bool, budget_s: float, threads: int, passes: int, save_bench: str | None):
+    """(table, dispatch) of the micro-benchmarks run now (`passes` times, each node's best) and ORT's
+    dispatch cost; the table also written to `save_bench` when given."""
+    from . import microbench as mb
+    cases = mb.cases(quick=quick)
+    n_tr = sum(c.split == "train" for c in cases)
+    print(f"micro-benchmarks through ONNX Runtime: {len(cases)} single-op cases ({n_tr} training, "
+          f"{len(cases) - n_tr} held-out), threads={threads or 'all'} ...", flush=True)
+    tables = []
+    for k in range(passes):
+        if passes > 1:
+            print(f"  pass {k + 1}/{passes}", flush=True)
+        tables.append(mb.run_cases(cases, threads=threads, budget_s=budget_s, min_runs=3 if quick else 5,
+                                   max_runs=8 if quick else 40))
+    bench = mb.combine_passes(tables)
+    dispatch = mb.measure_dispatch(threads=threads, lengths=(1, 32) if quick else (1, 64, 256),
+                                   runs=10 if quick else 30)
+    bench["dispatch_fixed_us"] = dispatch["fixed_us"]
+    bench["dispatch_per_kernel_us"] = dispatch["per_kernel_us"]
+    print(f"  ORT dispatch outside kernels: {dispatch['per_kernel_us']:.2f} us per kernel + "
+          f"{dispatch['fixed_us']:.1f} us per run")
+    if save_bench:
+        from .artifacts import write_csv
+        write_csv(bench, Path(save_bench))
+        print(f"  raw micro-benchmark table: {save_bench}")
+    return bench, dispatch
+
+
+def _model_meta(host: dict, bench, report: dict, *, target: str, threads: int, quick: bool,
+                bench_csv: str | None, wall_bench: float) -> dict:
+    """What the latency model file records besides the parameters: host, versions, timing, fit errors."""
     import onnxruntime
-    meta = {
+    peaks, bw = host["peak_flops_per_s"], float(host["mem_bw_bytes_per_s"])
+    return {
         "host": {"name": host.get("name", ""), **_host_description()},
         "calibrated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "onnxruntime": onnxruntime.__version__,
@@ -152,20 +151,48 @@ def calibrate_latency_model(host: dict, out: Path | None, *, quick: bool = False
         "quick": bool(quick),
         "fitted_against": {"peak_flops_per_s": {k: float(v) for k, v in peaks.items()},
                            "mem_bw_bytes_per_s": bw},
-        "micro_benchmarks": {"source": str(bench_csv) if bench_csv else "measured by this run", "rows": int(len(bench)), "passes": int(bench["passes"].iloc[0]) if "passes" in bench else 1,
+        "micro_benchmarks": {"source": str(bench_csv) if bench_csv else "measured by this run",
+                             "rows": int(len(bench)),
+                             "passes": int(bench["passes"].iloc[0]) if "passes" in bench else 1,
                              "train_rows": int(report.get("all", {}).get("train", {}).get("n", 0)),
                              "heldout_rows": int(report.get("all", {}).get("heldout", {}).get("n", 0)),
                              "wall_s": round(wall_bench, 1)},
         "fit_errors": {"all": report.get("all", {}), "by_class": report["by_class"]},
     }
-    doc = lm.model_document(model, meta)
-    print_report(report)
+
+
+def _warn_faster_than_peak(model) -> None:
     fast = sorted(k for k, p in model.params.items()
                   if p["e_max"] > 1.5 and k.split("/")[0].split("@")[0] in ("conv", "gemm", "matmul"))
     if fast:
         print(f"warning: {', '.join(fast)} compute faster than the host's peak FLOP/s (e_max > 1.5): the peak was "
               f"under-measured (other work on the cores?). Predictions for this host stay right (the efficiencies "
               f"are relative to the same figure); for another device re-measure the host's peak when it is idle.")
+
+
+def calibrate_latency_model(host: dict, out: Path | None, *, quick: bool = False, budget_s: float = 80.0,
+                            target: str = "cpu", threads: int = 0, save_bench: str | None = None,
+                            bench_csv: str | None = None, passes: int = 1) -> tuple[dict, dict]:
+    """Micro-benchmarks (or a saved table of them) -> fitted latency model; writes `out` unless None.
+    Returns (the YAML document, the fit report)."""
+    from . import latency_model as lm
+    from .errors import StageError
+    peaks, bw = host["peak_flops_per_s"], float(host["mem_bw_bytes_per_s"])
+    t0 = time.perf_counter()
+    if bench_csv:
+        bench, dispatch, threads = _saved_bench(bench_csv, threads)
+    else:
+        bench, dispatch = _measured_bench(quick, budget_s, threads, passes, save_bench)
+    col = TARGETS[target]
+    if col not in bench:
+        raise StageError(f"the micro-benchmark table has no {col} column (re-measure)")
+    bench["t_fit_us"] = bench[col]
+    wall_bench = time.perf_counter() - t0
+    model, report = lm.fit(bench, peaks, bw, dispatch={k: dispatch[k] for k in ("fixed_us", "per_kernel_us")})
+    doc = lm.model_document(model, _model_meta(host, bench, report, target=target, threads=threads, quick=quick,
+                                               bench_csv=bench_csv, wall_bench=wall_bench))
+    print_report(report)
+    _warn_faster_than_peak(model)
     if out is not None:
         lm.dump_yaml(doc, out, HEADER)
         print(f"wrote {out}")

@@ -126,14 +126,20 @@ def peak_per_row(df: pd.DataFrame, peak_flops_per_s) -> np.ndarray:
     return np.asarray(out)
 
 
-def model_time(p: dict, flops: np.ndarray, nbytes: np.ndarray, peak: np.ndarray, bw: float) -> np.ndarray:
-    """The formula of the module docstring (us), vectorised; NaN flops/bytes drop their term."""
+def _terms(p: dict, flops, nbytes, peak, bw: float) -> tuple[np.ndarray, np.ndarray]:
+    """(compute time F / (P e(F)), memory time B / (W m)) in us of the module docstring's formula; NaN
+    flops/bytes drop their term."""
     f = np.nan_to_num(np.asarray(flops, float))
     b = np.nan_to_num(np.asarray(nbytes, float))
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         eff = p["e_max"] / (1.0 + np.power(p["f_half"] / np.maximum(f, 1e-30), p["gamma"]))
         tc = np.where(f > 0, f / (peak * eff) * 1e6, 0.0)
-    tm = b / (bw * p["m"]) * 1e6
+    return tc, b / (bw * p["m"]) * 1e6
+
+
+def model_time(p: dict, flops: np.ndarray, nbytes: np.ndarray, peak: np.ndarray, bw: float) -> np.ndarray:
+    """The formula of the module docstring (us), vectorised; NaN flops/bytes drop their term."""
+    tc, tm = _terms(p, flops, nbytes, peak, bw)
     return p["overhead_us"] + np.maximum(tc, tm)
 
 
@@ -193,11 +199,7 @@ class LatencyModel:
         for k in set(keys):
             idx = np.where(keys == k)[0]
             p = self.params[k]
-            f = np.nan_to_num(flops[idx])
-            with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-                eff = p["e_max"] / (1.0 + np.power(p["f_half"] / np.maximum(f, 1e-30), p["gamma"]))
-                tc[idx] = np.where(f > 0, f / (peak[idx] * eff) * 1e6, 0.0)
-            tm[idx] = np.nan_to_num(nbytes[idx]) / (bw * p["m"]) * 1e6
+            tc[idx], tm[idx] = _terms(p, flops[idx], nbytes[idx], peak[idx], bw)
             ov[idx] = p["overhead_us"]
         t = ov + np.maximum(tc, tm)
         if include_dispatch:
@@ -294,18 +296,16 @@ def _bad(path, what: str) -> StageError:
 
 def load_latency_model(path: str | Path) -> LatencyModel:
     """Read configs/latency_model.yaml (or a device's file of the same format); one-line StageError if bad."""
-    import yaml
+    from .artifacts import load_yaml
     path = Path(path)
     if not path.exists():
         raise StageError(f"latency model {path} not found: run `make calibrate` (python -m lib.calibrate) first")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise _bad(path, f"not valid YAML ({str(e).splitlines()[0]})") from None
+        data = load_yaml(path, "latency model")      # StageError unless valid YAML and a mapping
+    except StageError as e:
+        raise StageError(f"{e} (re-run `make calibrate`, or fix the file)") from None
     except (OSError, UnicodeDecodeError) as e:
         raise _bad(path, f"unreadable ({type(e).__name__})") from None
-    if not isinstance(data, dict):
-        raise _bad(path, "must be a mapping")
     if data.get("format") != FORMAT:
         raise _bad(path, f"format is {data.get('format')!r}, expected {FORMAT!r}")
     params = data.get("params")
@@ -490,14 +490,13 @@ def fit_rows_(d: pd.DataFrame, target: str, bw: float) -> dict:
     return p
 
 
-def fit(bench: pd.DataFrame, peak_flops_per_s, mem_bw_bytes_per_s: float, target: str = "t_fit_us",
-        dispatch: dict | None = None, min_points: int = 3) -> tuple[LatencyModel, dict]:
-    """Fit every key on the training rows of a micro-benchmark table (microbench.run_cases output) and
-    report the fit's error per class and key on the training rows and on the held-out rows."""
+def _fit_tables(bench: pd.DataFrame, target: str, peak_flops_per_s) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The training and the held-out rows, with what the fit keys them by: _bytes, _peak, _cls, _int8,
+    _ckey (the class key, int8 apart), _op, _anchor (some node is fused into it) and _fkey (an anchor's
+    '<class>/<op>+fused' key, '' for the others)."""
     rows = training_rows(bench, target)
     train = rows[rows["split"] == "train"].copy()
     held = rows[rows["split"] != "train"].copy()
-    bw = float(mem_bw_bytes_per_s)
     for d in (train, held):
         d["_bytes"], _ = traffic_bytes(d)
         d["_peak"] = peak_per_row(d, peak_flops_per_s)
@@ -506,25 +505,32 @@ def fit(bench: pd.DataFrame, peak_flops_per_s, mem_bw_bytes_per_s: float, target
         d["_ckey"] = [f"{c}@int8" if i else c for c, i in zip(d["_cls"], d["_int8"])]
         d["_op"] = d["op_type"].astype(str).map(_op_name)
         d["_anchor"] = anchors_of(d, bench["fused_into"] if "fused_into" in bench else None)
-    params: dict[str, dict] = {}
-    # anchors of a fused pattern run ORT's fused kernel: their own key when there are enough of them
-    for d in (train, held):
         d["_fkey"] = np.where(d["_anchor"], d["_cls"] + "/" + d["_op"] + "+fused", "")
+    return train, held
+
+
+def _fit_fused(train: pd.DataFrame, held: pd.DataFrame, target: str, bw: float,
+               min_points: int) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """Anchors of a fused pattern run ORT's fused kernel: their own key when there are enough of them, which
+    then is those rows' class key. Returns (the fused keys' parameters, train, held)."""
+    params: dict[str, dict] = {}
     counts = train.loc[train["_fkey"] != "", "_fkey"].value_counts()
     for key, cnt in counts.items():
         if cnt >= min_points:
-            d = train[train["_fkey"] == key]
-            params[key] = fit_rows_(d, target, bw)
+            params[key] = fit_rows_(train[train["_fkey"] == key], target, bw)
+    fused = set(params)
+    train = train.assign(_ckey=np.where(train["_fkey"].isin(fused), train["_fkey"], train["_ckey"]))
+    held = held.assign(_ckey=np.where(held["_fkey"].isin(fused), held["_fkey"], held["_ckey"]))
+    return params, train, held
+
+
+def _fit_classes(params: dict, train: pd.DataFrame, target: str, bw: float, min_points: int) -> None:
+    """Into `params` (the fused keys already there): every class key with enough rows, the per-op
+    refinements, and the default."""
     fused_keys = set(params)
-    train = train.assign(_ckey=np.where(train["_fkey"].isin(fused_keys), train["_fkey"], train["_ckey"]))
-    held = held.assign(_ckey=np.where(held["_fkey"].isin(fused_keys), held["_fkey"], held["_ckey"]))
-
-    def fit_rows(d: pd.DataFrame) -> dict:
-        return fit_rows_(d, target, bw)
-
     for key, d in train.groupby("_ckey"):
         if len(d) >= min_points and key not in params:
-            params[key] = fit_rows(d)
+            params[key] = fit_rows_(d, target, bw)
     # refinements: an op type the class model misses by more than REFINE_MISS (median) gets its own model
     for (key, op), d in train.groupby(["_ckey", "_op"]):
         if key not in params or key in fused_keys or len(d) < REFINE_MIN_POINTS:
@@ -534,20 +540,21 @@ def fit(bench: pd.DataFrame, peak_flops_per_s, mem_bw_bytes_per_s: float, target
         pred = model_time(params[key], d["flops"].to_numpy(float), d["_bytes"].to_numpy(float),
                           d["_peak"].to_numpy(float), bw)
         if np.median(rel_errors(pred, d[target])) > REFINE_MISS:
-            cls = key.split("@")[0]
-            params[f"{cls}/{op}"] = fit_rows(d)
+            params[f"{key.split('@')[0]}/{op}"] = fit_rows_(d, target, bw)
     # default: every fp32 non-MAC row (what an op of unknown class most likely is: a memory-bound kernel)
     pool = train[~train["_int8"] & ~train["_anchor"]
                  & ~train["_cls"].isin(["conv", "conv_depthwise", "conv_grouped", "gemm", "matmul"])]
-    params["default"] = fit_rows(pool if len(pool) >= min_points else train)
-    model = LatencyModel({k: {**v} for k, v in params.items()}, dict(DEFAULT_FALLBACK),
-                         dispatch or {"fixed_us": 0.0, "per_kernel_us": 0.0})
+    params["default"] = fit_rows_(pool if len(pool) >= min_points else train, target, bw)
+
+
+def _fit_report(model: LatencyModel, tables: dict[str, pd.DataFrame], target: str, peak_flops_per_s, bw: float,
+                fused_into) -> dict:
+    """The fit's error per class key and per key used, overall, and the worst rows, of each table."""
     report = {"by_class": {}, "by_key": {}}
-    for name, d in (("train", train), ("heldout", held)):
+    for name, d in tables.items():
         if not len(d):
             continue
-        det = model.predict_detail(d, peak_flops_per_s, bw, None, bench["fused_into"] if "fused_into" in bench
-                                   else None, include_dispatch=False)
+        det = model.predict_detail(d, peak_flops_per_s, bw, None, fused_into, include_dispatch=False)
         d = d.assign(_key=det["key"].to_numpy(), _err=rel_errors(det["t_pred_us"].to_numpy(), d[target].to_numpy()))
         for c, g in d.groupby("_ckey"):
             report["by_class"].setdefault(c, {})[name] = _err_summary(g["_err"].to_numpy())
@@ -558,6 +565,21 @@ def fit(bench: pd.DataFrame, peak_flops_per_s, mem_bw_bytes_per_s: float, target
         report.setdefault("worst", {})[name] = [
             {"label": str(r["label"]), "op_type": str(r["op_type"]), "key": str(r["_key"]),
              "measured_us": round(float(r[target]), 1), "err": round(float(r["_err"]), 3)} for _, r in worst.iterrows()]
+    return report
+
+
+def fit(bench: pd.DataFrame, peak_flops_per_s, mem_bw_bytes_per_s: float, target: str = "t_fit_us",
+        dispatch: dict | None = None, min_points: int = 3) -> tuple[LatencyModel, dict]:
+    """Fit every key on the training rows of a micro-benchmark table (microbench.run_cases output) and
+    report the fit's error per class and key on the training rows and on the held-out rows."""
+    bw = float(mem_bw_bytes_per_s)
+    train, held = _fit_tables(bench, target, peak_flops_per_s)
+    params, train, held = _fit_fused(train, held, target, bw, min_points)
+    _fit_classes(params, train, target, bw, min_points)
+    model = LatencyModel({k: {**v} for k, v in params.items()}, dict(DEFAULT_FALLBACK),
+                         dispatch or {"fixed_us": 0.0, "per_kernel_us": 0.0})
+    report = _fit_report(model, {"train": train, "heldout": held}, target, peak_flops_per_s, bw,
+                         bench["fused_into"] if "fused_into" in bench else None)
     for k in model.params:
         model.params[k]["fit_error"] = report["by_key"].get(k, {})
     return model, report

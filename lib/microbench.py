@@ -28,7 +28,6 @@ import os
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -38,7 +37,8 @@ import onnx
 import pandas as pd
 from onnx import TensorProto, helper, numpy_helper
 
-LAYOUT_KERNELS = {"ReorderInput", "ReorderOutput", "MemcpyFromHost", "MemcpyToHost"}
+from .profiling import LAYOUT_KERNELS   # ORT's layout/copy kernels, dropped from the micro timings
+
 NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.uint8): TensorProto.UINT8,
               np.dtype(np.int8): TensorProto.INT8, np.dtype(np.int32): TensorProto.INT32,
               np.dtype(np.int64): TensorProto.INT64, np.dtype(np.bool_): TensorProto.BOOL}
@@ -46,16 +46,12 @@ NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.uint8): Tenso
 
 # ------------------------------------------------------------------ hooks into the pipeline (ONE place)
 # Everything this module, lib/latency_model.py and lib/sweep.py need from the pipeline's internals goes through
-# the functions below (and lib.profiling's _session / latency_table), so that a refactor of lib/ re-points them here and nowhere else. Each works with
-# the refactored loader (lib.loading / lib.inputs) and with the older lib.graph entry points.
+# the functions below (and lib.profiling's _session / kernel_times / latency_table), so that a refactor of lib/
+# re-points them here and nowhere else: the loader (lib.loading) and the input spec (lib.inputs).
 
 def _graph_of(model: onnx.ModelProto):
     """The pipeline's analysed Graph (shapes inferred as stage 02 infers them) of an in-memory model."""
-    try:
-        from .loading import graph_of
-    except ImportError:
-        from .graph import build_graph, infer_shapes
-        return build_graph(infer_shapes(model))
+    from .loading import graph_of
     return graph_of(model)
 
 
@@ -77,34 +73,20 @@ def _spec(overrides: list[str] | None, workload, preset: str | None):
 
 def _graph_of_path(path, overrides: list[str] | None = None, workload=None, preset: str | None = None):
     """The pipeline's Graph of a model file under an input spec (what stages 01 and 02 build)."""
-    try:
-        from .loading import prepare
-    except ImportError:
-        from .graph import prepare as old_prepare
-        return old_prepare(path, overrides, workload, preset)[0]
+    from .loading import prepare
     return prepare(path, _spec(overrides, workload, preset)).graph
 
 
 def _graph_and_feeds_of_path(path, overrides: list[str] | None = None, workload=None, preset: str | None = None):
     """(Graph, feeds) of a model file exactly as stage 01 builds them (same seeded random inputs)."""
-    try:
-        from .loading import prepare
-    except ImportError:
-        from .graph import load_workload, prepare as old_prepare
-        from .profiling import random_inputs
-        g, shapes = old_prepare(path, overrides, workload, preset)
-        return g, random_inputs(g.model, shapes, int(load_workload(workload).get("seed", 0)))
+    from .loading import prepare
     an = prepare(path, _spec(overrides, workload, preset))
     return an.graph, an.feeds()
 
 
 def _input_shapes(model: onnx.ModelProto, workload=None, preset: str | None = None) -> dict[str, list[int]]:
     """Each fed input's shape as stage 02 resolves it from the workload file / preset (no overrides)."""
-    try:
-        from .inputs import resolve_input_shapes
-    except ImportError:
-        from .graph import load_workload, resolve_input_shapes as old, symbolic_dims
-        return old(model, {}, symbolic_dims(load_workload(workload), preset))
+    from .inputs import resolve_input_shapes
     return resolve_input_shapes(model, _spec([], workload, preset))
 
 
@@ -473,235 +455,270 @@ def _recurrent(b: Builder, p: str, op, seq, bt, inp, hidden):
 
 
 # ------------------------------------------------------------------ the case lists
+# Training (T) and held-out (H) shapes of every family. Held-out shapes are other sizes of the same ops (other
+# channel counts, resolutions, sequence lengths, batch), never used in the fit. Each group below is
+# (family, builder, rows); a row is (split, label, builder arguments).
 
-def cases(quick: bool = False) -> list[Case]:
-    """Training and held-out shapes of every family. Held-out shapes are other sizes of the same ops
-    (other channel counts, resolutions, sequence lengths, batch), never used in the fit."""
-    T, H = "train", "heldout"
-    out: list[Case] = []
+T, H = "train", "heldout"
 
-    def add(split, family, fn, label, *args, **kw):
-        out.append(Case(family, label, lambda b, p, fn=fn, args=args, kw=kw: fn(b, p, *args, **kw), split))
 
-    # dense conv: (n, cin, cout, hw, k, s)
-    conv_t = [(1, 3, 64, 224, 7, 2), (1, 3, 32, 224, 3, 2), (1, 64, 64, 56, 3, 1), (1, 64, 64, 56, 1, 1),
-              (1, 64, 256, 56, 1, 1), (1, 256, 64, 56, 1, 1), (1, 128, 128, 28, 3, 1), (1, 128, 512, 28, 1, 1),
-              (1, 256, 256, 14, 3, 1), (1, 1024, 256, 14, 1, 1), (1, 512, 512, 7, 3, 1), (1, 512, 2048, 7, 1, 1),
-              (1, 256, 512, 28, 1, 2), (1, 128, 128, 56, 3, 2), (1, 32, 16, 112, 1, 1), (1, 96, 24, 56, 1, 1),
-              (1, 24, 144, 56, 1, 1), (1, 320, 1280, 7, 1, 1), (1, 16, 16, 32, 3, 1), (1, 8, 8, 16, 3, 1),
-              (1, 64, 64, 28, 5, 1), (1, 32, 32, 56, 5, 2), (4, 64, 64, 56, 3, 1), (8, 256, 64, 56, 1, 1),
-              (1, 2048, 512, 7, 1, 1), (1, 16, 96, 112, 1, 1), (1, 40, 240, 28, 1, 1), (1, 112, 672, 14, 1, 1),
-              (16, 128, 128, 28, 3, 1), (1, 3, 64, 112, 7, 2)]
-    conv_h = [(1, 48, 48, 40, 3, 1), (1, 96, 192, 20, 1, 1), (1, 3, 24, 160, 3, 2), (1, 160, 960, 7, 1, 1),
-              (2, 128, 128, 28, 3, 1), (1, 256, 256, 28, 3, 2), (1, 80, 480, 14, 1, 1), (1, 512, 128, 14, 1, 1),
-              (1, 64, 128, 56, 3, 2), (1, 32, 64, 64, 5, 1), (1, 3, 48, 192, 7, 2), (8, 64, 256, 56, 1, 1),
-              (1, 192, 32, 28, 1, 1), (4, 512, 512, 7, 3, 1)]
-    for s, lst in ((T, conv_t), (H, conv_h)):
-        for (n, ci, co, hw, k, st) in lst:
-            add(s, "conv", _conv, f"Conv n{n} {ci}->{co} {hw}x{hw} k{k} s{st}", n, ci, co, hw, k, st)
-    for s, args in ((T, (1, 3, 768, 224, 16)), (T, (1, 3, 96, 224, 4)), (H, (1, 3, 384, 224, 16)), (H, (4, 3, 96, 224, 4))):
-        add(s, "conv", _patch_embed, f"Conv patch n{args[0]} {args[1]}->{args[2]} {args[3]} k{args[4]} s{args[4]}", *args)
-    # depthwise: (n, c, hw, k, s)
-    dw_t = [(1, 32, 112, 3, 1), (1, 96, 112, 3, 2), (1, 144, 56, 3, 1), (1, 144, 56, 3, 2), (1, 192, 28, 3, 1),
-            (1, 384, 14, 3, 1), (1, 576, 14, 3, 1), (1, 960, 7, 3, 1), (1, 240, 28, 5, 1), (1, 672, 14, 5, 2),
-            (1, 1152, 7, 5, 1), (4, 144, 56, 3, 1), (1, 96, 56, 7, 1), (1, 16, 32, 3, 1), (8, 96, 56, 7, 1)]
-    dw_h = [(1, 48, 80, 3, 1), (1, 240, 20, 3, 2), (1, 480, 14, 5, 1), (1, 768, 7, 3, 1), (2, 192, 28, 3, 1),
-            (1, 120, 40, 5, 1), (1, 64, 56, 7, 1), (4, 32, 112, 3, 1)]
-    for s, lst in ((T, dw_t), (H, dw_h)):
-        for (n, c, hw, k, st) in lst:
-            add(s, "conv_depthwise", _conv, f"Conv dw n{n} c{c} {hw}x{hw} k{k} s{st}", n, c, c, hw, k, st, group=c)
-    # grouped: (n, cin, cout, hw, k, s, g)
-    gr_t = [(1, 128, 128, 56, 3, 1, 32), (1, 256, 256, 28, 3, 1, 32), (1, 512, 512, 14, 3, 1, 32),
-            (1, 64, 64, 56, 3, 1, 2), (1, 128, 128, 28, 3, 1, 4), (1, 256, 256, 14, 3, 1, 8), (1, 64, 64, 56, 1, 1, 4),
-            (4, 256, 256, 28, 3, 1, 32)]
-    gr_h = [(1, 192, 192, 28, 3, 1, 16), (1, 96, 96, 56, 3, 2, 8), (1, 384, 384, 14, 3, 1, 2), (2, 512, 512, 14, 3, 1, 32)]
-    for s, lst in ((T, gr_t), (H, gr_h)):
-        for (n, ci, co, hw, k, st, g) in lst:
-            add(s, "conv_grouped", _conv, f"Conv g{g} n{n} {ci}->{co} {hw}x{hw} k{k} s{st}", n, ci, co, hw, k, st, group=g)
-    # Gemm (m, k, n)
-    gemm_t = [(1, 512, 1000), (1, 2048, 1000), (1, 1280, 1000), (1, 768, 1000), (8, 2048, 1000), (32, 512, 512),
-              (128, 768, 768), (128, 768, 3072), (128, 3072, 768), (512, 1024, 1024), (1, 4096, 4096), (16, 256, 256),
-              (4, 64, 64)]
-    gemm_h = [(1, 1024, 1000), (4, 768, 768), (64, 512, 2048), (256, 384, 1536), (1, 2048, 2048), (16, 2048, 1000)]
-    for s, lst in ((T, gemm_t), (H, gemm_h)):
-        for (m, k, n) in lst:
-            add(s, "gemm", _gemm, f"Gemm {m}x{k} . {k}x{n}", m, k, n)
-    # MatMul with a weight (a Linear on [b, s, h]); some with the bias Add that ORT fuses in
-    mm_t = [(1, 128, 256, 256), (1, 128, 256, 768), (1, 128, 256, 1024), (1, 128, 1024, 256), (1, 197, 768, 768),
+def _dims(shape) -> str:
+    return "x".join(map(str, shape))
+
+
+def _split(train, heldout) -> list[tuple]:
+    """(split, args) pairs: the training rows, then the held-out ones."""
+    return [(T, a) for a in train] + [(H, a) for a in heldout]
+
+
+def _named(label: Callable[..., str], pairs) -> list[tuple]:
+    """(split, label(*args), args) rows of (split, args) pairs."""
+    return [(s, label(*a), tuple(a)) for s, a in pairs]
+
+
+def _conv_dw(b: Builder, p: str, n, c, hw, k, s):
+    _conv(b, p, n, c, c, hw, k, s, group=c)
+
+
+def _elementwise(b: Builder, p: str, op, sa, sb, b_weight):
+    """A binary op, or (no second operand) a unary one."""
+    if sb is None:
+        _unary(b, p, op, sa)
+    else:
+        _binary(b, p, op, sa, sb, b_weight)
+
+
+def _matmul_rows(lst) -> list[tuple]:
+    """Every third shape (from the second) with the bias Add that ORT fuses in."""
+    return [(bt, m, k, n, i % 3 == 1) for i, (bt, m, k, n) in enumerate(lst)]
+
+
+# dense conv: (n, cin, cout, hw, k, s)
+CONV_T = [(1, 3, 64, 224, 7, 2), (1, 3, 32, 224, 3, 2), (1, 64, 64, 56, 3, 1), (1, 64, 64, 56, 1, 1),
+          (1, 64, 256, 56, 1, 1), (1, 256, 64, 56, 1, 1), (1, 128, 128, 28, 3, 1), (1, 128, 512, 28, 1, 1),
+          (1, 256, 256, 14, 3, 1), (1, 1024, 256, 14, 1, 1), (1, 512, 512, 7, 3, 1), (1, 512, 2048, 7, 1, 1),
+          (1, 256, 512, 28, 1, 2), (1, 128, 128, 56, 3, 2), (1, 32, 16, 112, 1, 1), (1, 96, 24, 56, 1, 1),
+          (1, 24, 144, 56, 1, 1), (1, 320, 1280, 7, 1, 1), (1, 16, 16, 32, 3, 1), (1, 8, 8, 16, 3, 1),
+          (1, 64, 64, 28, 5, 1), (1, 32, 32, 56, 5, 2), (4, 64, 64, 56, 3, 1), (8, 256, 64, 56, 1, 1),
+          (1, 2048, 512, 7, 1, 1), (1, 16, 96, 112, 1, 1), (1, 40, 240, 28, 1, 1), (1, 112, 672, 14, 1, 1),
+          (16, 128, 128, 28, 3, 1), (1, 3, 64, 112, 7, 2)]
+CONV_H = [(1, 48, 48, 40, 3, 1), (1, 96, 192, 20, 1, 1), (1, 3, 24, 160, 3, 2), (1, 160, 960, 7, 1, 1),
+          (2, 128, 128, 28, 3, 1), (1, 256, 256, 28, 3, 2), (1, 80, 480, 14, 1, 1), (1, 512, 128, 14, 1, 1),
+          (1, 64, 128, 56, 3, 2), (1, 32, 64, 64, 5, 1), (1, 3, 48, 192, 7, 2), (8, 64, 256, 56, 1, 1),
+          (1, 192, 32, 28, 1, 1), (4, 512, 512, 7, 3, 1)]
+# ViT / Swin patch embedding: (n, cin, cout, hw, k = stride)
+PATCH = [(T, (1, 3, 768, 224, 16)), (T, (1, 3, 96, 224, 4)), (H, (1, 3, 384, 224, 16)), (H, (4, 3, 96, 224, 4))]
+# depthwise: (n, c, hw, k, s)
+DW_T = [(1, 32, 112, 3, 1), (1, 96, 112, 3, 2), (1, 144, 56, 3, 1), (1, 144, 56, 3, 2), (1, 192, 28, 3, 1),
+        (1, 384, 14, 3, 1), (1, 576, 14, 3, 1), (1, 960, 7, 3, 1), (1, 240, 28, 5, 1), (1, 672, 14, 5, 2),
+        (1, 1152, 7, 5, 1), (4, 144, 56, 3, 1), (1, 96, 56, 7, 1), (1, 16, 32, 3, 1), (8, 96, 56, 7, 1)]
+DW_H = [(1, 48, 80, 3, 1), (1, 240, 20, 3, 2), (1, 480, 14, 5, 1), (1, 768, 7, 3, 1), (2, 192, 28, 3, 1),
+        (1, 120, 40, 5, 1), (1, 64, 56, 7, 1), (4, 32, 112, 3, 1)]
+# grouped: (n, cin, cout, hw, k, s, g)
+GROUPED_T = [(1, 128, 128, 56, 3, 1, 32), (1, 256, 256, 28, 3, 1, 32), (1, 512, 512, 14, 3, 1, 32),
+             (1, 64, 64, 56, 3, 1, 2), (1, 128, 128, 28, 3, 1, 4), (1, 256, 256, 14, 3, 1, 8),
+             (1, 64, 64, 56, 1, 1, 4), (4, 256, 256, 28, 3, 1, 32)]
+GROUPED_H = [(1, 192, 192, 28, 3, 1, 16), (1, 96, 96, 56, 3, 2, 8), (1, 384, 384, 14, 3, 1, 2),
+             (2, 512, 512, 14, 3, 1, 32)]
+# Gemm: (m, k, n)
+GEMM_T = [(1, 512, 1000), (1, 2048, 1000), (1, 1280, 1000), (1, 768, 1000), (8, 2048, 1000), (32, 512, 512),
+          (128, 768, 768), (128, 768, 3072), (128, 3072, 768), (512, 1024, 1024), (1, 4096, 4096), (16, 256, 256),
+          (4, 64, 64)]
+GEMM_H = [(1, 1024, 1000), (4, 768, 768), (64, 512, 2048), (256, 384, 1536), (1, 2048, 2048), (16, 2048, 1000)]
+# MatMul with a weight (a Linear on [b, s, h]): (b, s, k, n)
+MATMUL_T = [(1, 128, 256, 256), (1, 128, 256, 768), (1, 128, 256, 1024), (1, 128, 1024, 256), (1, 197, 768, 768),
             (1, 197, 768, 3072), (1, 197, 3072, 768), (64, 49, 96, 288), (1, 3136, 96, 384), (1, 128, 256, 50257),
             (4, 128, 256, 256), (16, 128, 256, 1024), (1, 1, 768, 768), (1, 16, 256, 256), (16, 128, 1024, 256),
             (1, 49, 768, 2304), (1, 8, 64, 64)]
-    mm_h = [(1, 64, 384, 1536), (2, 128, 256, 768), (1, 196, 512, 512), (1, 256, 768, 2304), (8, 128, 256, 256),
+MATMUL_H = [(1, 64, 384, 1536), (2, 128, 256, 768), (1, 196, 512, 512), (1, 256, 768, 2304), (8, 128, 256, 256),
             (1, 3136, 128, 128), (1, 32, 256, 30522), (8, 128, 1024, 256), (1, 197, 768, 2304)]
-    for s, lst in ((T, mm_t), (H, mm_h)):
-        for i, (bt, m, k, n) in enumerate(lst):
-            ba = i % 3 == 1
-            add(s, "matmul", _matmul_w, f"MatMul {bt}x{m}x{k} . {k}x{n}{' +bias' if ba else ''}", bt, m, k, n, bias_add=ba)
-    # batched activation x activation (attention)
-    bmm_t = [(1, 4, 128, 64, 128), (1, 12, 197, 64, 197), (1, 12, 197, 197, 64), (1, 4, 128, 128, 64),
-             (64, 3, 49, 32, 49), (64, 3, 49, 49, 32), (8, 4, 128, 64, 128), (1, 12, 384, 64, 384), (1, 8, 64, 32, 64),
-             (16, 4, 128, 128, 64)]
-    bmm_h = [(2, 4, 128, 64, 128), (1, 6, 256, 64, 256), (1, 6, 256, 256, 64), (16, 6, 49, 32, 49), (4, 12, 128, 64, 128)]
-    for s, lst in ((T, bmm_t), (H, bmm_h)):
-        for (bt, h, m, k, n) in lst:
-            add(s, "matmul", _bmm, f"MatMul batched {bt}x{h}x{m}x{k} . {k}x{n}", bt, h, m, k, n)
-    # elementwise: (op, a, b, b is a weight)
-    el_t = [("Add", [1, 64, 56, 56], [1, 64, 56, 56], False), ("Add", [1, 256, 56, 56], [1, 256, 56, 56], False),
-            ("Add", [1, 128, 768], [1, 128, 768], False), ("Add", [1, 197, 768], [1, 197, 768], False),
-            ("Add", [1, 1024], [1, 1024], False), ("Add", [1, 128, 256], [256], True), ("Add", [1, 197, 768], [768], True),
-            ("Mul", [1, 96, 112, 112], [1, 96, 1, 1], False), ("Mul", [1, 672, 14, 14], [1, 672, 1, 1], False),
-            ("Mul", [1, 128, 3072], [1], True), ("Div", [1, 4, 128, 128], [1], True),
-            ("Add", [1, 4, 128, 128], [1, 1, 1, 128], False), ("Sub", [1, 128, 256], [1, 128, 256], False),
-            ("Mul", [1, 32, 112, 112], [1, 32, 112, 112], False), ("Add", [8, 256, 56, 56], [8, 256, 56, 56], False),
-            ("Add", [16, 128, 1024], [1024], True), ("Mul", [1, 16, 16], [1, 16, 16], False),
-            ("Pow", [1, 128, 256], [1], True), ("Sqrt", None, None, None)]
-    el_h = [("Add", [1, 512, 28, 28], [1, 512, 28, 28], False), ("Add", [1, 64, 512], [512], True),
-            ("Mul", [1, 240, 28, 28], [1, 240, 1, 1], False), ("Div", [1, 12, 197, 197], [1], True),
-            ("Mul", [1, 196, 3072], [1, 196, 3072], False), ("Add", [2, 4, 128, 128], [2, 1, 1, 128], False),
-            ("Sub", [1, 40, 80, 80], [1, 40, 80, 80], False), ("Add", [4, 256, 56, 56], [4, 256, 56, 56], False)]
-    for s, lst in ((T, el_t), (H, el_h)):
-        for (op, sa, sb, bw) in lst:
-            if sa is None:
-                add(s, "elementwise", _unary, f"{op} 1x128x768", op, [1, 128, 768])
-                continue
-            add(s, "elementwise", _binary, f"{op} {'x'.join(map(str, sa))} , {'x'.join(map(str, sb))}{' (w)' if bw else ''}",
-                op, sa, sb, bw)
-    # activations
-    act_sizes_t = [[1, 16, 16, 16], [1, 64, 56, 56], [1, 32, 112, 112], [1, 128, 3072], [1, 256, 56, 56], [4, 64, 112, 112]]
-    act_sizes_h = [[1, 96, 28, 28], [1, 144, 56, 56], [1, 64, 1024], [2, 128, 3072]]
-    for op in ("Relu", "Sigmoid", "Erf", "Gelu", "HardSwish", "Clip", "Tanh", "LeakyRelu"):
-        for s, lst in ((T, act_sizes_t), (H, act_sizes_h)):
-            for sh in lst:
-                add(s, "activation", _unary, f"{op} {'x'.join(map(str, sh))}", op, sh)
-    for s, sh in ((T, [1, 128, 1024]), (T, [1, 197, 3072]), (T, [16, 128, 1024]), (H, [1, 64, 3072]), (H, [4, 128, 1024])):
-        add(s, "activation", _gelu_erf, f"GELU(erf) pattern {'x'.join(map(str, sh))}", sh)
-    # the patterns ORT fuses into one kernel (the anchor's key gets "+fused": another kernel than the op alone)
-    for s_, args in ((T, (1, 64, 64, 56, 3, 1, "Relu", False)), (T, (1, 64, 256, 56, 1, 1, "Relu", True)),
-                     (T, (1, 256, 64, 56, 1, 1, "Relu", False)), (T, (1, 128, 128, 28, 3, 1, "Relu", False)),
-                     (T, (1, 256, 1024, 14, 1, 1, "Relu", True)), (T, (1, 512, 512, 7, 3, 1, "Relu", False)),
-                     (T, (1, 3, 64, 224, 7, 2, "Relu", False)), (T, (1, 32, 192, 56, 1, 1, "Clip", False)),
-                     (T, (1, 16, 96, 112, 1, 1, "Clip", False)), (T, (1, 144, 24, 56, 1, 1, "Relu", True)),
-                     (T, (4, 64, 64, 56, 3, 1, "Relu", True)),
-                     (H, (1, 128, 512, 28, 1, 1, "Relu", True)), (H, (1, 256, 256, 14, 3, 1, "Relu", False)),
-                     (H, (1, 24, 144, 56, 1, 1, "Clip", False)), (H, (2, 64, 256, 56, 1, 1, "Relu", True))):
-        n, ci, co, hw, k, st, act, res = args
-        add(s_, "conv", _conv_block, f"Conv+{'Add+' if res else ''}{act} n{n} {ci}->{co} {hw}x{hw} k{k} s{st}", *args[:6],
-            act=act, residual=res)
-    for s_, sh in ((T, [1, 128, 256]), (T, [1, 197, 768]), (T, [16, 128, 256]), (T, [1, 128, 768]), (T, [4, 128, 256]),
-                   (H, [8, 128, 256]), (H, [1, 64, 512])):
-        add(s_, "norm", _skip_layernorm, f"Add+Add+LayerNormalization (SkipLayerNorm) {'x'.join(map(str, sh))}", sh)
-    for s_, args in ((T, (1, 4, 128, 64, 128)), (T, (1, 12, 197, 64, 197)), (T, (8, 4, 128, 64, 128)),
-                     (T, (16, 4, 128, 64, 128)), (H, (2, 4, 128, 64, 128)), (H, (4, 4, 128, 64, 128))):
-        add(s_, "matmul", _scaled_scores, f"Mul+Mul+MatMul (scaled scores) {'x'.join(map(str, args))}", *args)
-    # pooling
-    for s, args in ((T, ("MaxPool", 1, 64, 112)), (T, ("MaxPool", 8, 64, 112)), (T, ("MaxPool", 1, 16, 32)),
-                    (T, ("AveragePool", 1, 256, 28)), (T, ("AveragePool", 1, 64, 56, 2, 2)),
-                    (T, ("GlobalAveragePool", 1, 2048, 7)), (T, ("GlobalAveragePool", 1, 1280, 7)),
-                    (T, ("GlobalAveragePool", 1, 96, 112)), (T, ("GlobalAveragePool", 1, 672, 14)),
-                    (T, ("GlobalAveragePool", 16, 2048, 7)),
-                    (H, ("MaxPool", 2, 64, 112)), (H, ("AveragePool", 1, 128, 56)), (H, ("GlobalAveragePool", 1, 512, 7)),
-                    (H, ("GlobalAveragePool", 1, 240, 28)), (H, ("MaxPool", 1, 128, 56, 2, 2))):
-        add(s, "pool", _pool, f"{args[0]} n{args[1]} c{args[2]} {args[3]}x{args[3]}", *args)
-    # normalization
-    for s, args in ((T, (1, 64, 112)), (T, (1, 256, 14)), (T, (8, 64, 56)), (H, (1, 128, 28)), (H, (2, 512, 7))):
-        add(s, "norm", _batchnorm, f"BatchNormalization n{args[0]} c{args[1]} {args[2]}x{args[2]}", *args)
-    for s, sh in ((T, [1, 128, 256]), (T, [1, 197, 768]), (T, [64, 49, 96]), (T, [16, 128, 256]), (T, [1, 3136, 96]),
-                  (T, [1, 8, 64]), (T, [16, 128, 1024]), (H, [1, 128, 768]), (H, [4, 128, 256]), (H, [16, 49, 384]),
-                  (H, [1, 784, 192])):
-        add(s, "norm", _layernorm, f"LayerNormalization {'x'.join(map(str, sh))}", sh)
-    for s, args in ((T, (1, 64, 56)), (T, (1, 256, 28)), (H, (1, 128, 32))):
-        add(s, "norm", _instnorm, f"InstanceNormalization n{args[0]} c{args[1]} {args[2]}x{args[2]}", *args)
-    # softmax / reduce
-    for s, sh in ((T, [1, 4, 128, 128]), (T, [1, 12, 197, 197]), (T, [64, 3, 49, 49]), (T, [8, 4, 128, 128]),
-                  (T, [1, 1000]), (T, [1, 4, 16, 16]), (T, [16, 4, 128, 128]), (H, [1, 6, 256, 256]),
-                  (H, [2, 4, 128, 128]), (H, [16, 6, 49, 49])):
-        add(s, "softmax", _softmax, f"Softmax {'x'.join(map(str, sh))}", sh)
-    for s, args in ((T, ("ReduceMean", [1, 128, 256])), (T, ("ReduceMean", [1, 197, 768])), (T, ("ReduceSum", [1, 64, 3136])),
-                    (T, ("ReduceMax", [1, 4, 128, 128])), (T, ("ReduceMean", [16, 128, 1024])),
-                    (H, ("ReduceMean", [1, 512, 784])), (H, ("ReduceSum", [4, 128, 256]))):
-        add(s, "reduce", _reduce, f"{args[0]} {'x'.join(map(str, args[1]))}", *args)
-    # data movement
-    dm = [
-        (T, _transpose, "Transpose 1x128x4x64 (0213)", [1, 128, 4, 64], (0, 2, 1, 3)),
-        (T, _transpose, "Transpose 1x197x12x64 (0213)", [1, 197, 12, 64], (0, 2, 1, 3)),
-        (T, _transpose, "Transpose 1x4x128x64 (0132)", [1, 4, 128, 64], (0, 1, 3, 2)),
-        (T, _transpose, "Transpose 1x96x56x56 (0231)", [1, 96, 56, 56], (0, 2, 3, 1)),
-        (T, _transpose, "Transpose 64x49x3x32 (0213)", [64, 49, 3, 32], (0, 2, 1, 3)),
-        (T, _transpose, "Transpose 16x128x4x64 (0213)", [16, 128, 4, 64], (0, 2, 1, 3)),
-        (T, _transpose, "Transpose 1x8x8 (021)", [1, 8, 8], (0, 2, 1)),
-        (H, _transpose, "Transpose 2x128x4x64 (0213)", [2, 128, 4, 64], (0, 2, 1, 3)),
-        (H, _transpose, "Transpose 1x56x56x96 (0312)", [1, 56, 56, 96], (0, 3, 1, 2)),
-        (H, _transpose, "Transpose 1x12x197x64 (0132)", [1, 12, 197, 64], (0, 1, 3, 2)),
-        (T, _concat, "Concat 2x 1x64x56x56 axis1", [[1, 64, 56, 56]] * 2, 1),
-        (T, _concat, "Concat 1x1x768 + 1x196x768 axis1", [[1, 1, 768], [1, 196, 768]], 1),
-        (T, _concat, "Concat 4x 1x28x28x96 axis3", [[1, 28, 28, 96]] * 4, 3),
-        (T, _concat, "Concat 2x 1x4 axis1", [[1, 4]] * 2, 1),
-        (H, _concat, "Concat 3x 1x128x28x28 axis1", [[1, 128, 28, 28]] * 3, 1),
-        (H, _concat, "Concat 2x 4x128x256 axis2", [[4, 128, 256]] * 2, 2),
-        (T, _reshape, "Reshape 1x128x256 -> 1x128x4x64", [1, 128, 256], [1, 128, 4, 64]),
-        (T, _reshape, "Reshape 1x2048x1x1 -> 1x2048", [1, 2048, 1, 1], [1, 2048]),
-        (T, _reshape, "Reshape 64x49x96 -> 1x56x56x96", [64, 49, 96], [1, 56, 56, 96]),
-        (H, _reshape, "Reshape 1x197x768 -> 1x197x12x64", [1, 197, 768], [1, 197, 12, 64]),
-        (T, _gather_embed, "Gather embedding 30522x256 [1x128]", 30522, 256, 1, 128),
-        (T, _gather_embed, "Gather embedding 50257x768 [1x128]", 50257, 768, 1, 128),
-        (T, _gather_embed, "Gather embedding 512x256 [16x128]", 512, 256, 16, 128),
-        (H, _gather_embed, "Gather embedding 30522x256 [8x128]", 30522, 256, 8, 128),
-        (T, _gather_axis, "Gather axis1 1x197x768", [1, 197, 768], 1),
-        (T, _gather_axis, "Gather axis0 3x64x4x49x32", [3, 64, 4, 49, 32], 0),
-        (H, _gather_axis, "Gather axis0 3x16x6x49x32", [3, 16, 6, 49, 32], 0),
-        (T, _slice, "Slice 1x197x768 axis1 0:1", [1, 197, 768], 1, 0, 1),
-        (T, _slice, "Slice 1x56x56x96 axis1 0:28", [1, 56, 56, 96], 1, 0, 28),
-        (T, _slice, "Slice 1x128x768 axis2 0:256", [1, 128, 768], 2, 0, 256),
-        (H, _slice, "Slice 1x28x28x192 axis2 3:28", [1, 28, 28, 192], 2, 3, 28),
-        (T, _pad, "Pad 1x64x56x56 +1", [1, 64, 56, 56], 1),
-        (T, _pad, "Pad 1x56x56x96 +3", [1, 56, 56, 96], 3),
-        (H, _pad, "Pad 1x128x28x28 +2", [1, 128, 28, 28], 2),
-        (T, _resize, "Resize nearest 1x64x28x28 x2", [1, 64, 28, 28], 2.0, "nearest"),
-        (T, _resize, "Resize linear 1x64x28x28 x2", [1, 64, 28, 28], 2.0, "linear"),
-        (T, _resize, "Resize nearest 1x256x14x14 x2", [1, 256, 14, 14], 2.0, "nearest"),
-        (H, _resize, "Resize linear 1x128x14x14 x2", [1, 128, 14, 14], 2.0, "linear"),
-        (T, _expand, "Expand 1x1x1x128 -> 1x4x128x128", [1, 1, 1, 128], [1, 4, 128, 128]),
-        (T, _expand, "Expand 1x1x768 -> 16x1x768", [1, 1, 768], [16, 1, 768]),
-        (H, _expand, "Expand 1x1x1x128 -> 2x4x128x128", [1, 1, 1, 128], [2, 4, 128, 128]),
-        (T, _where, "Where 1x4x128x128", [1, 4, 128, 128]),
-        (H, _where, "Where 1x12x64x64", [1, 12, 64, 64]),
-        (T, _cast, "Cast 1x128x256", [1, 128, 256]),
-        (T, _shape_op, "Shape 1x128x256", [1, 128, 256]),
-        (T, _shape_op, "Shape 1x3x224x224", [1, 3, 224, 224]),
-        (T, _shape_op, "Shape 16x128", [16, 128]),
-        (H, _shape_op, "Shape 1x197x768", [1, 197, 768]),
-    ]
-    for s, fn, label, *args in dm:
-        fam = "shape" if fn is _shape_op else "data_movement"
-        add(s, fam, fn, label, *args)
-    # (de)quantization and int8
-    for s, sh in ((T, [1, 64, 56, 56]), (T, [1, 128, 256]), (T, [1, 512, 7, 7]), (T, [8, 256, 56, 56]), (H, [1, 256, 28, 28]),
-                  (H, [4, 128, 256])):
-        add(s, "quantize", _dql, f"DynamicQuantizeLinear {'x'.join(map(str, sh))}", sh)
-    for s, op, sh in ((T, "QuantizeLinear", [1, 64, 56, 56]), (T, "DequantizeLinear", [1, 64, 56, 56]),
-                      (T, "QuantizeLinear", [1, 128, 768]), (H, "DequantizeLinear", [1, 256, 28, 28])):
-        add(s, "quantize", _qdq, f"{op} {'x'.join(map(str, sh))}", op, sh)
-    ci_t = [(1, 3, 64, 224, 7, 2), (1, 64, 64, 56, 3, 1), (1, 128, 128, 28, 3, 1), (1, 256, 256, 14, 3, 1),
-            (1, 512, 512, 7, 3, 1), (1, 64, 128, 56, 1, 2), (1, 256, 64, 56, 1, 1), (1, 32, 32, 28, 3, 1)]
-    ci_h = [(1, 128, 256, 28, 3, 2), (1, 96, 96, 40, 3, 1), (2, 256, 256, 14, 3, 1)]
-    for s, lst in ((T, ci_t), (H, ci_h)):
-        for (n, c1, c2, hw, k, st) in lst:
-            add(s, "conv_int8", _conv_integer, f"DQL+ConvInteger n{n} {c1}->{c2} {hw}x{hw} k{k} s{st}", n, c1, c2, hw, k, st)
-    for s, args in ((T, (1, 64, 64, 56, 3, 1)), (T, (1, 256, 256, 14, 3, 1)), (T, (1, 64, 256, 56, 1, 1)), (T, (1, 3, 64, 224, 7, 2)),
-                    (H, (1, 128, 128, 28, 3, 1)), (H, (1, 512, 128, 14, 1, 1))):
-        add(s, "conv_int8", _qlinear_conv, "QLinearConv n{} {}->{} {}x{} k{} s{}".format(args[0], args[1], args[2], args[3], args[3], args[4], args[5]), *args)
-    for s, args in ((T, (1, 128, 256, 256)), (T, (1, 128, 256, 1024)), (T, (1, 1, 512, 1000)), (T, (1, 197, 768, 3072)),
-                    (T, (8, 128, 256, 256)), (H, (1, 128, 1024, 256)), (H, (1, 64, 768, 768))):
-        add(s, "matmul_int8", _matmul_integer, f"DQL+MatMulInteger {args[0]}x{args[1]}x{args[2]} . {args[2]}x{args[3]}", *args)
-    for s, args in ((T, (1, 128, 256, 256)), (T, (1, 197, 768, 768)), (T, (4, 128, 256, 1024)), (H, (1, 128, 256, 1024))):
-        add(s, "matmul_int8", _qlinear_matmul, f"QLinearMatMul {args[0]}x{args[1]}x{args[2]} . {args[2]}x{args[3]}", *args)
-    # recurrent (costed once stage 02 knows them; skipped from the fit while their cost is unknown)
-    for s, args in ((T, ("LSTM", 32, 1, 128, 128)), (T, ("GRU", 32, 1, 128, 128)), (T, ("LSTM", 64, 8, 256, 256)),
-                    (T, ("RNN", 32, 1, 128, 128)), (H, ("LSTM", 16, 4, 256, 128)), (H, ("GRU", 64, 1, 256, 256))):
-        add(s, "recurrent", _recurrent, f"{args[0]} seq{args[1]} b{args[2]} in{args[3]} h{args[4]}", *args)
-    if quick:
-        out = _quick_subset(out)
-    return out
+# batched activation x activation (attention): (b, heads, m, k, n)
+BMM_T = [(1, 4, 128, 64, 128), (1, 12, 197, 64, 197), (1, 12, 197, 197, 64), (1, 4, 128, 128, 64),
+         (64, 3, 49, 32, 49), (64, 3, 49, 49, 32), (8, 4, 128, 64, 128), (1, 12, 384, 64, 384), (1, 8, 64, 32, 64),
+         (16, 4, 128, 128, 64)]
+BMM_H = [(2, 4, 128, 64, 128), (1, 6, 256, 64, 256), (1, 6, 256, 256, 64), (16, 6, 49, 32, 49), (4, 12, 128, 64, 128)]
+# elementwise: (op, a, b, b is a weight); no b: a unary op
+ELEMENTWISE_T = [
+    ("Add", [1, 64, 56, 56], [1, 64, 56, 56], False), ("Add", [1, 256, 56, 56], [1, 256, 56, 56], False),
+    ("Add", [1, 128, 768], [1, 128, 768], False), ("Add", [1, 197, 768], [1, 197, 768], False),
+    ("Add", [1, 1024], [1, 1024], False), ("Add", [1, 128, 256], [256], True), ("Add", [1, 197, 768], [768], True),
+    ("Mul", [1, 96, 112, 112], [1, 96, 1, 1], False), ("Mul", [1, 672, 14, 14], [1, 672, 1, 1], False),
+    ("Mul", [1, 128, 3072], [1], True), ("Div", [1, 4, 128, 128], [1], True),
+    ("Add", [1, 4, 128, 128], [1, 1, 1, 128], False), ("Sub", [1, 128, 256], [1, 128, 256], False),
+    ("Mul", [1, 32, 112, 112], [1, 32, 112, 112], False), ("Add", [8, 256, 56, 56], [8, 256, 56, 56], False),
+    ("Add", [16, 128, 1024], [1024], True), ("Mul", [1, 16, 16], [1, 16, 16], False),
+    ("Pow", [1, 128, 256], [1], True), ("Sqrt", [1, 128, 768], None, None)]
+ELEMENTWISE_H = [
+    ("Add", [1, 512, 28, 28], [1, 512, 28, 28], False), ("Add", [1, 64, 512], [512], True),
+    ("Mul", [1, 240, 28, 28], [1, 240, 1, 1], False), ("Div", [1, 12, 197, 197], [1], True),
+    ("Mul", [1, 196, 3072], [1, 196, 3072], False), ("Add", [2, 4, 128, 128], [2, 1, 1, 128], False),
+    ("Sub", [1, 40, 80, 80], [1, 40, 80, 80], False), ("Add", [4, 256, 56, 56], [4, 256, 56, 56], False)]
+# activations: every op on every size
+ACTIVATION_OPS = ("Relu", "Sigmoid", "Erf", "Gelu", "HardSwish", "Clip", "Tanh", "LeakyRelu")
+ACTIVATION_T = [[1, 16, 16, 16], [1, 64, 56, 56], [1, 32, 112, 112], [1, 128, 3072], [1, 256, 56, 56],
+                [4, 64, 112, 112]]
+ACTIVATION_H = [[1, 96, 28, 28], [1, 144, 56, 56], [1, 64, 1024], [2, 128, 3072]]
+GELU_ERF = [(T, [1, 128, 1024]), (T, [1, 197, 3072]), (T, [16, 128, 1024]), (H, [1, 64, 3072]), (H, [4, 128, 1024])]
+# the patterns ORT fuses into one kernel (the anchor's key gets "+fused": another kernel than the op alone):
+# (n, cin, cout, hw, k, s, activation, residual Add)
+CONV_BLOCK = [(T, (1, 64, 64, 56, 3, 1, "Relu", False)), (T, (1, 64, 256, 56, 1, 1, "Relu", True)),
+              (T, (1, 256, 64, 56, 1, 1, "Relu", False)), (T, (1, 128, 128, 28, 3, 1, "Relu", False)),
+              (T, (1, 256, 1024, 14, 1, 1, "Relu", True)), (T, (1, 512, 512, 7, 3, 1, "Relu", False)),
+              (T, (1, 3, 64, 224, 7, 2, "Relu", False)), (T, (1, 32, 192, 56, 1, 1, "Clip", False)),
+              (T, (1, 16, 96, 112, 1, 1, "Clip", False)), (T, (1, 144, 24, 56, 1, 1, "Relu", True)),
+              (T, (4, 64, 64, 56, 3, 1, "Relu", True)),
+              (H, (1, 128, 512, 28, 1, 1, "Relu", True)), (H, (1, 256, 256, 14, 3, 1, "Relu", False)),
+              (H, (1, 24, 144, 56, 1, 1, "Clip", False)), (H, (2, 64, 256, 56, 1, 1, "Relu", True))]
+SKIP_LAYERNORM = [(T, [1, 128, 256]), (T, [1, 197, 768]), (T, [16, 128, 256]), (T, [1, 128, 768]), (T, [4, 128, 256]),
+                  (H, [8, 128, 256]), (H, [1, 64, 512])]
+SCALED_SCORES = [(T, (1, 4, 128, 64, 128)), (T, (1, 12, 197, 64, 197)), (T, (8, 4, 128, 64, 128)),
+                 (T, (16, 4, 128, 64, 128)), (H, (2, 4, 128, 64, 128)), (H, (4, 4, 128, 64, 128))]
+# pooling: (op, n, c, hw[, k, s])
+POOL = [(T, ("MaxPool", 1, 64, 112)), (T, ("MaxPool", 8, 64, 112)), (T, ("MaxPool", 1, 16, 32)),
+        (T, ("AveragePool", 1, 256, 28)), (T, ("AveragePool", 1, 64, 56, 2, 2)),
+        (T, ("GlobalAveragePool", 1, 2048, 7)), (T, ("GlobalAveragePool", 1, 1280, 7)),
+        (T, ("GlobalAveragePool", 1, 96, 112)), (T, ("GlobalAveragePool", 1, 672, 14)),
+        (T, ("GlobalAveragePool", 16, 2048, 7)),
+        (H, ("MaxPool", 2, 64, 112)), (H, ("AveragePool", 1, 128, 56)), (H, ("GlobalAveragePool", 1, 512, 7)),
+        (H, ("GlobalAveragePool", 1, 240, 28)), (H, ("MaxPool", 1, 128, 56, 2, 2))]
+# normalization: (n, c, hw) / shapes
+BATCHNORM = [(T, (1, 64, 112)), (T, (1, 256, 14)), (T, (8, 64, 56)), (H, (1, 128, 28)), (H, (2, 512, 7))]
+LAYERNORM = [(T, [1, 128, 256]), (T, [1, 197, 768]), (T, [64, 49, 96]), (T, [16, 128, 256]), (T, [1, 3136, 96]),
+             (T, [1, 8, 64]), (T, [16, 128, 1024]), (H, [1, 128, 768]), (H, [4, 128, 256]), (H, [16, 49, 384]),
+             (H, [1, 784, 192])]
+INSTNORM = [(T, (1, 64, 56)), (T, (1, 256, 28)), (H, (1, 128, 32))]
+SOFTMAX = [(T, [1, 4, 128, 128]), (T, [1, 12, 197, 197]), (T, [64, 3, 49, 49]), (T, [8, 4, 128, 128]),
+           (T, [1, 1000]), (T, [1, 4, 16, 16]), (T, [16, 4, 128, 128]), (H, [1, 6, 256, 256]),
+           (H, [2, 4, 128, 128]), (H, [16, 6, 49, 49])]
+REDUCE = [(T, ("ReduceMean", [1, 128, 256])), (T, ("ReduceMean", [1, 197, 768])), (T, ("ReduceSum", [1, 64, 3136])),
+          (T, ("ReduceMax", [1, 4, 128, 128])), (T, ("ReduceMean", [16, 128, 1024])),
+          (H, ("ReduceMean", [1, 512, 784])), (H, ("ReduceSum", [4, 128, 256]))]
+# data movement: (split, builder, label, args...); Shape is a family of its own
+DATA_MOVEMENT = [
+    (T, _transpose, "Transpose 1x128x4x64 (0213)", [1, 128, 4, 64], (0, 2, 1, 3)),
+    (T, _transpose, "Transpose 1x197x12x64 (0213)", [1, 197, 12, 64], (0, 2, 1, 3)),
+    (T, _transpose, "Transpose 1x4x128x64 (0132)", [1, 4, 128, 64], (0, 1, 3, 2)),
+    (T, _transpose, "Transpose 1x96x56x56 (0231)", [1, 96, 56, 56], (0, 2, 3, 1)),
+    (T, _transpose, "Transpose 64x49x3x32 (0213)", [64, 49, 3, 32], (0, 2, 1, 3)),
+    (T, _transpose, "Transpose 16x128x4x64 (0213)", [16, 128, 4, 64], (0, 2, 1, 3)),
+    (T, _transpose, "Transpose 1x8x8 (021)", [1, 8, 8], (0, 2, 1)),
+    (H, _transpose, "Transpose 2x128x4x64 (0213)", [2, 128, 4, 64], (0, 2, 1, 3)),
+    (H, _transpose, "Transpose 1x56x56x96 (0312)", [1, 56, 56, 96], (0, 3, 1, 2)),
+    (H, _transpose, "Transpose 1x12x197x64 (0132)", [1, 12, 197, 64], (0, 1, 3, 2)),
+    (T, _concat, "Concat 2x 1x64x56x56 axis1", [[1, 64, 56, 56]] * 2, 1),
+    (T, _concat, "Concat 1x1x768 + 1x196x768 axis1", [[1, 1, 768], [1, 196, 768]], 1),
+    (T, _concat, "Concat 4x 1x28x28x96 axis3", [[1, 28, 28, 96]] * 4, 3),
+    (T, _concat, "Concat 2x 1x4 axis1", [[1, 4]] * 2, 1),
+    (H, _concat, "Concat 3x 1x128x28x28 axis1", [[1, 128, 28, 28]] * 3, 1),
+    (H, _concat, "Concat 2x 4x128x256 axis2", [[4, 128, 256]] * 2, 2),
+    (T, _reshape, "Reshape 1x128x256 -> 1x128x4x64", [1, 128, 256], [1, 128, 4, 64]),
+    (T, _reshape, "Reshape 1x2048x1x1 -> 1x2048", [1, 2048, 1, 1], [1, 2048]),
+    (T, _reshape, "Reshape 64x49x96 -> 1x56x56x96", [64, 49, 96], [1, 56, 56, 96]),
+    (H, _reshape, "Reshape 1x197x768 -> 1x197x12x64", [1, 197, 768], [1, 197, 12, 64]),
+    (T, _gather_embed, "Gather embedding 30522x256 [1x128]", 30522, 256, 1, 128),
+    (T, _gather_embed, "Gather embedding 50257x768 [1x128]", 50257, 768, 1, 128),
+    (T, _gather_embed, "Gather embedding 512x256 [16x128]", 512, 256, 16, 128),
+    (H, _gather_embed, "Gather embedding 30522x256 [8x128]", 30522, 256, 8, 128),
+    (T, _gather_axis, "Gather axis1 1x197x768", [1, 197, 768], 1),
+    (T, _gather_axis, "Gather axis0 3x64x4x49x32", [3, 64, 4, 49, 32], 0),
+    (H, _gather_axis, "Gather axis0 3x16x6x49x32", [3, 16, 6, 49, 32], 0),
+    (T, _slice, "Slice 1x197x768 axis1 0:1", [1, 197, 768], 1, 0, 1),
+    (T, _slice, "Slice 1x56x56x96 axis1 0:28", [1, 56, 56, 96], 1, 0, 28),
+    (T, _slice, "Slice 1x128x768 axis2 0:256", [1, 128, 768], 2, 0, 256),
+    (H, _slice, "Slice 1x28x28x192 axis2 3:28", [1, 28, 28, 192], 2, 3, 28),
+    (T, _pad, "Pad 1x64x56x56 +1", [1, 64, 56, 56], 1),
+    (T, _pad, "Pad 1x56x56x96 +3", [1, 56, 56, 96], 3),
+    (H, _pad, "Pad 1x128x28x28 +2", [1, 128, 28, 28], 2),
+    (T, _resize, "Resize nearest 1x64x28x28 x2", [1, 64, 28, 28], 2.0, "nearest"),
+    (T, _resize, "Resize linear 1x64x28x28 x2", [1, 64, 28, 28], 2.0, "linear"),
+    (T, _resize, "Resize nearest 1x256x14x14 x2", [1, 256, 14, 14], 2.0, "nearest"),
+    (H, _resize, "Resize linear 1x128x14x14 x2", [1, 128, 14, 14], 2.0, "linear"),
+    (T, _expand, "Expand 1x1x1x128 -> 1x4x128x128", [1, 1, 1, 128], [1, 4, 128, 128]),
+    (T, _expand, "Expand 1x1x768 -> 16x1x768", [1, 1, 768], [16, 1, 768]),
+    (H, _expand, "Expand 1x1x1x128 -> 2x4x128x128", [1, 1, 1, 128], [2, 4, 128, 128]),
+    (T, _where, "Where 1x4x128x128", [1, 4, 128, 128]),
+    (H, _where, "Where 1x12x64x64", [1, 12, 64, 64]),
+    (T, _cast, "Cast 1x128x256", [1, 128, 256]),
+    (T, _shape_op, "Shape 1x128x256", [1, 128, 256]),
+    (T, _shape_op, "Shape 1x3x224x224", [1, 3, 224, 224]),
+    (T, _shape_op, "Shape 16x128", [16, 128]),
+    (H, _shape_op, "Shape 1x197x768", [1, 197, 768]),
+]
+# (de)quantization and int8
+DQL = [(T, [1, 64, 56, 56]), (T, [1, 128, 256]), (T, [1, 512, 7, 7]), (T, [8, 256, 56, 56]), (H, [1, 256, 28, 28]),
+       (H, [4, 128, 256])]
+QDQ = [(T, ("QuantizeLinear", [1, 64, 56, 56])), (T, ("DequantizeLinear", [1, 64, 56, 56])),
+       (T, ("QuantizeLinear", [1, 128, 768])), (H, ("DequantizeLinear", [1, 256, 28, 28]))]
+# (n, cin, cout, hw, k, s)
+CONV_INTEGER_T = [(1, 3, 64, 224, 7, 2), (1, 64, 64, 56, 3, 1), (1, 128, 128, 28, 3, 1), (1, 256, 256, 14, 3, 1),
+                  (1, 512, 512, 7, 3, 1), (1, 64, 128, 56, 1, 2), (1, 256, 64, 56, 1, 1), (1, 32, 32, 28, 3, 1)]
+CONV_INTEGER_H = [(1, 128, 256, 28, 3, 2), (1, 96, 96, 40, 3, 1), (2, 256, 256, 14, 3, 1)]
+QLINEAR_CONV = [(T, (1, 64, 64, 56, 3, 1)), (T, (1, 256, 256, 14, 3, 1)), (T, (1, 64, 256, 56, 1, 1)),
+                (T, (1, 3, 64, 224, 7, 2)), (H, (1, 128, 128, 28, 3, 1)), (H, (1, 512, 128, 14, 1, 1))]
+# (b, s, k, n)
+MATMUL_INTEGER = [(T, (1, 128, 256, 256)), (T, (1, 128, 256, 1024)), (T, (1, 1, 512, 1000)), (T, (1, 197, 768, 3072)),
+                  (T, (8, 128, 256, 256)), (H, (1, 128, 1024, 256)), (H, (1, 64, 768, 768))]
+QLINEAR_MATMUL = [(T, (1, 128, 256, 256)), (T, (1, 197, 768, 768)), (T, (4, 128, 256, 1024)), (H, (1, 128, 256, 1024))]
+# recurrent (costed once stage 02 knows them; skipped from the fit while their cost is unknown): (op, seq, b, in, h)
+RECURRENT = [(T, ("LSTM", 32, 1, 128, 128)), (T, ("GRU", 32, 1, 128, 128)), (T, ("LSTM", 64, 8, 256, 256)),
+             (T, ("RNN", 32, 1, 128, 128)), (H, ("LSTM", 16, 4, 256, 128)), (H, ("GRU", 64, 1, 256, 256))]
+
+CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
+    ("conv", _conv, _named(lambda n, ci, co, hw, k, s: f"Conv n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
+                           _split(CONV_T, CONV_H))),
+    ("conv", _patch_embed, _named(lambda n, ci, co, hw, k: f"Conv patch n{n} {ci}->{co} {hw} k{k} s{k}", PATCH)),
+    ("conv_depthwise", _conv_dw, _named(lambda n, c, hw, k, s: f"Conv dw n{n} c{c} {hw}x{hw} k{k} s{s}",
+                                        _split(DW_T, DW_H))),
+    ("conv_grouped", _conv, _named(lambda n, ci, co, hw, k, s, g: f"Conv g{g} n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
+                                   _split(GROUPED_T, GROUPED_H))),
+    ("gemm", _gemm, _named(lambda m, k, n: f"Gemm {m}x{k} . {k}x{n}", _split(GEMM_T, GEMM_H))),
+    ("matmul", _matmul_w, _named(lambda bt, m, k, n, ba: f"MatMul {bt}x{m}x{k} . {k}x{n}{' +bias' if ba else ''}",
+                                 _split(_matmul_rows(MATMUL_T), _matmul_rows(MATMUL_H)))),
+    ("matmul", _bmm, _named(lambda bt, h, m, k, n: f"MatMul batched {bt}x{h}x{m}x{k} . {k}x{n}",
+                            _split(BMM_T, BMM_H))),
+    ("elementwise", _elementwise, _named(
+        lambda op, sa, sb, bw: f"{op} {_dims(sa)}" if sb is None else
+        f"{op} {_dims(sa)} , {_dims(sb)}{' (w)' if bw else ''}", _split(ELEMENTWISE_T, ELEMENTWISE_H))),
+    ("activation", _unary, _named(lambda op, sh: f"{op} {_dims(sh)}",
+                                  [(s, (op, sh)) for op in ACTIVATION_OPS
+                                   for s, sh in _split(ACTIVATION_T, ACTIVATION_H)])),
+    ("activation", _gelu_erf, _named(lambda sh: f"GELU(erf) pattern {_dims(sh)}", [(s, (sh,)) for s, sh in GELU_ERF])),
+    ("conv", _conv_block, _named(lambda n, ci, co, hw, k, s, act, res:
+                                 f"Conv+{'Add+' if res else ''}{act} n{n} {ci}->{co} {hw}x{hw} k{k} s{s}", CONV_BLOCK)),
+    ("norm", _skip_layernorm, _named(lambda sh: f"Add+Add+LayerNormalization (SkipLayerNorm) {_dims(sh)}",
+                                     [(s, (sh,)) for s, sh in SKIP_LAYERNORM])),
+    ("matmul", _scaled_scores, _named(lambda *a: f"Mul+Mul+MatMul (scaled scores) {_dims(a)}", SCALED_SCORES)),
+    ("pool", _pool, _named(lambda op, n, c, hw, *_: f"{op} n{n} c{c} {hw}x{hw}", POOL)),
+    ("norm", _batchnorm, _named(lambda n, c, hw: f"BatchNormalization n{n} c{c} {hw}x{hw}", BATCHNORM)),
+    ("norm", _layernorm, _named(lambda sh: f"LayerNormalization {_dims(sh)}", [(s, (sh,)) for s, sh in LAYERNORM])),
+    ("norm", _instnorm, _named(lambda n, c, hw: f"InstanceNormalization n{n} c{c} {hw}x{hw}", INSTNORM)),
+    ("softmax", _softmax, _named(lambda sh: f"Softmax {_dims(sh)}", [(s, (sh,)) for s, sh in SOFTMAX])),
+    ("reduce", _reduce, _named(lambda op, sh: f"{op} {_dims(sh)}", REDUCE)),
+    *[("shape" if fn is _shape_op else "data_movement", fn, [(s, label, tuple(args))])
+      for s, fn, label, *args in DATA_MOVEMENT],
+    ("quantize", _dql, _named(lambda sh: f"DynamicQuantizeLinear {_dims(sh)}", [(s, (sh,)) for s, sh in DQL])),
+    ("quantize", _qdq, _named(lambda op, sh: f"{op} {_dims(sh)}", QDQ)),
+    ("conv_int8", _conv_integer, _named(lambda n, ci, co, hw, k, s: f"DQL+ConvInteger n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
+                                        _split(CONV_INTEGER_T, CONV_INTEGER_H))),
+    ("conv_int8", _qlinear_conv, _named(lambda n, ci, co, hw, k, s: f"QLinearConv n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
+                                        QLINEAR_CONV)),
+    ("matmul_int8", _matmul_integer, _named(lambda bt, m, k, n: f"DQL+MatMulInteger {bt}x{m}x{k} . {k}x{n}",
+                                            MATMUL_INTEGER)),
+    ("matmul_int8", _qlinear_matmul, _named(lambda bt, m, k, n: f"QLinearMatMul {bt}x{m}x{k} . {k}x{n}",
+                                            QLINEAR_MATMUL)),
+    ("recurrent", _recurrent, _named(lambda op, seq, bt, i, h: f"{op} seq{seq} b{bt} in{i} h{h}", RECURRENT)),
+]
+
+
+def _bind(fn: Callable, args: tuple) -> Callable[[Builder, str], None]:
+    return lambda b, p: fn(b, p, *args)
+
+
+def cases(quick: bool = False) -> list[Case]:
+    """Training and held-out shapes of every family (CASE_GROUPS), in order; `quick`: a few small ones."""
+    out = [Case(family, label, _bind(fn, args), split)
+           for family, fn, rows in CASE_GROUPS for split, label, args in rows]
+    return _quick_subset(out) if quick else out
 
 
 def _quick_subset(all_cases: list[Case]) -> list[Case]:
@@ -725,31 +742,31 @@ def _build(group: list[tuple[str, Case]], seed: int = 0, fill: bool = True) -> B
     return b
 
 
-def _open_session(model_path: str, threads: int, tmp: str):
-    """A session with stage 01's options (profiling on, ORT_ENABLE_ALL, optimized model saved)."""
-    try:
-        from .profiling import _session
-    except ImportError:     # pragma: no cover - the factory moved: same options by hand
-        _session = None
-    opt = os.path.join(tmp, "optimized.onnx")
-    if _session is not None:
-        return _session(model_path, "cpu", threads, "all", os.path.join(tmp, "prof"), opt), opt
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.enable_profiling = True
-    so.profile_file_prefix = os.path.join(tmp, "prof")
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.optimized_model_filepath = opt
-    so.log_severity_level = 4
-    if threads:
-        so.intra_op_num_threads = threads
-    return ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"]), opt
+def _timed_runs(sess, feeds: dict, warmup: int, min_runs: int, max_runs: int, target_s: float):
+    """(wall us, calling thread's CPU us) of each measured run, until `min_runs` and `target_s` seconds of
+    measured runs are done, at most `max_runs`; the `warmup` runs before them are not recorded."""
+    wall, cpu = [], []
+    t_spent, r = 0.0, 0
+    while True:
+        c0 = time.thread_time()
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        dt = time.perf_counter() - t0
+        dc = time.thread_time() - c0
+        if r >= warmup:
+            wall.append(dt * 1e6)
+            cpu.append(dc * 1e6)
+            t_spent += dt
+        r += 1
+        n = r - warmup
+        if n >= max_runs or (n >= min_runs and t_spent >= target_s):
+            return wall, cpu
 
 
 def profile_runs(model_path: str, feeds: dict, *, threads: int = 0, warmup: int = 2, min_runs: int = 5,
                  max_runs: int = 30, target_s: float = 0.2) -> dict:
-    """Stage 01's profiled runs (same session options, same profiler events, same result layout as
-    lib.profiling.profile_model) plus, per run, the CPU time of the calling thread.
+    """Stage 01's profiled runs (lib.profiling's session options, profiler events and per-run kernel sums:
+    the result layout of lib.profiling.profile_model) plus, per run, the CPU time of the calling thread.
 
     Runs until `min_runs` and `target_s` seconds of measured runs are done, at most `max_runs`.
     Why the CPU time: on a shared machine other processes take the cores away for whole scheduler slices,
@@ -757,38 +774,16 @@ def profile_runs(model_path: str, feeds: dict, *, threads: int = 0, warmup: int 
     MatMul took 12-20 ms of wall time with 4.1 ms of CPU time on each of its two threads). The calling
     thread runs its share of every parallel loop and the serial parts, so its CPU time per run is what the
     run takes when the cores are free; share = cpu / wall (1.0 on a quiet machine)."""
+    from .profiling import _session, kernel_times
     with tempfile.TemporaryDirectory(prefix="mbprof_") as tmp:
-        sess, opt_path = _open_session(model_path, threads, tmp)
-        wall, cpu = [], []
-        t_spent, r = 0.0, 0
-        while True:
-            c0 = time.thread_time()
-            t0 = time.perf_counter()
-            sess.run(None, feeds)
-            dt = time.perf_counter() - t0
-            dc = time.thread_time() - c0
-            if r >= warmup:
-                wall.append(dt * 1e6)
-                cpu.append(dc * 1e6)
-                t_spent += dt
-            r += 1
-            n = r - warmup
-            if n >= max_runs or (n >= min_runs and t_spent >= target_s):
-                break
-        prof_file = sess.end_profiling()
-        events = json.loads(Path(prof_file).read_text())
+        opt_path = os.path.join(tmp, "optimized.onnx")
+        sess = _session(model_path, "cpu", threads, "all", os.path.join(tmp, "prof"), opt_path)
+        wall, cpu = _timed_runs(sess, feeds, warmup, min_runs, max_runs, target_s)
+        events = json.loads(Path(sess.end_profiling()).read_text())
         optimized = onnx.load(opt_path, load_external_data=False) if os.path.exists(opt_path) else None
-    runs_ev = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
-                     key=lambda e: e["ts"])
-    windows = [(e["ts"], e["ts"] + e["dur"]) for e in runs_ev][warmup:]
+    per_run, inside = kernel_times(events, warmup)
     kernels = [e for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")]
-    per_run: list[dict[str, float]] = [defaultdict(float) for _ in windows]
-    starts = np.array([w[0] for w in windows])
-    for e in kernels:
-        k = int(np.searchsorted(starts, e["ts"], side="right")) - 1
-        if 0 <= k < len(windows) and e["ts"] <= windows[k][1]:
-            per_run[k][e["name"][: -len("_kernel_time")]] += float(e["dur"])
-    return {"per_run": [dict(d) for d in per_run], "wall_us": wall, "cpu_us": cpu, "optimized": optimized,
+    return {"per_run": per_run, "wall_us": wall, "cpu_us": cpu, "optimized": optimized, "inside": inside,
             "kernel_ops": {e["name"][: -len("_kernel_time")]: e.get("args", {}).get("op_name", "") for e in kernels}}
 
 

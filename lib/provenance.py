@@ -39,10 +39,11 @@ def graph_hash(model, recorded: dict) -> str:
     return read_light(p).graph_sha256
 
 
-def stamp(meta: dict, ident: dict, upstream: dict[str, dict] | None = None) -> dict:
-    """meta + run id, identity and the run ids of the metas it was made from."""
+def stamp(meta: dict, ident: dict, upstream: dict[str, dict] | None = None, absent: list[str] = ()) -> dict:
+    """meta + run id, identity and the run ids of the metas it was made from; `absent`: artifacts it would
+    have used but that did not exist (when one appears later, this meta is stale)."""
     return {"run_id": uuid.uuid4().hex, "identity": ident,
-            "upstream": {name: m["run_id"] for name, m in (upstream or {}).items()}, **meta}
+            "upstream": {name: m["run_id"] for name, m in (upstream or {}).items()}, "absent": list(absent), **meta}
 
 
 def _who(ident: dict) -> str:
@@ -101,6 +102,10 @@ class Results:
                 if self.has(up) and self.meta(up)["run_id"] != run_id:
                     raise StageError(f"{self.rdir / name} was made from an earlier run of {PRODUCER.get(up, up)}: "
                                      f"re-run {PRODUCER.get(name, 'its stage')} (make all does this)")
+            for up in m.get("absent", []):
+                if self.has(up):
+                    raise StageError(f"{self.rdir / name} was made before {PRODUCER.get(up, up)} ran: re-run "
+                                     f"{PRODUCER.get(name, 'its stage')} (make all does this)")
         ident = first["identity"]
         if light is not None and (h := graph_hash(light, ident["model"])) != ident["model"]["graph_sha256"]:
             path = Path(getattr(light, "path", light)).resolve()

@@ -20,6 +20,7 @@ import pandas as pd
 from .artifacts import PRODUCER, read_csv, read_json
 from .errors import StageError
 from .provenance import Results
+from .units import fmt_binary_bytes
 from .roofline import node_bytes
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -66,12 +67,7 @@ def si(v, unit: str = "") -> str:
 
 def nbytes(v) -> str:
     v = _num(v)
-    if v is None:
-        return "n/a"
-    for p, k in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-        if v >= k:
-            return f"{v / k:.3g} {p}"
-    return f"{v:.0f} B"
+    return "n/a" if v is None else fmt_binary_bytes(v)
 
 
 def pct(v) -> str:

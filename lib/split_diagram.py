@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .graph import Graph, dtype_name
 from .metrics import layer_name
+from .units import fmt_binary_bytes
 
 MAX_LABEL = 34
 
@@ -46,12 +47,7 @@ def node_text(g: Graph, i: int) -> str:
 
 
 def human_bytes(n) -> str:
-    if n is None:
-        return "size unknown"
-    for unit, k in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-        if n >= k:
-            return f"{n / k:.1f} {unit}"
-    return f"{int(n)} B"
+    return "size unknown" if n is None else fmt_binary_bytes(n, 2)
 
 
 def tensor_text(g: Graph, t: str) -> str:

@@ -171,12 +171,23 @@ def fixed_batch(model_path: str | Path) -> dict[str, int]:
     return out
 
 
+def model_roofline(model, host: str | Path | None = None) -> tuple[dict, float]:
+    """(peak FLOP/s table, bandwidth) to predict this host with: those the latency model was fitted against,
+    else the host file's (default configs/host.yaml)."""
+    roof = model.fitted_roofline()
+    if roof is None:
+        from .artifacts import CONFIGS
+        from .host import load_host
+        h = load_host(host or CONFIGS / "host.yaml")
+        roof = (h["peak_flops_per_s"], float(h["mem_bw_bytes_per_s"]))
+    return roof
+
+
 def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_overrides: list[str] | None = None,
           preset: str | None = None, workload: str | None = None, latency_model: str | Path | None = None,
           host: str | Path | None = None, threads: int = 0, keep: str | Path | None = None,
           progress: bool = True, uncontended: bool = True) -> pd.DataFrame:
     from .artifacts import CONFIGS
-    from .host import load_host
     from .latency_model import load_latency_model
     fixed = fixed_batch(model_path)
     if fixed and not user_overrides:
@@ -186,11 +197,7 @@ def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_ov
                              f"): batches {bad} cannot run. Re-export with a symbolic batch: "
                              f"python -m lib.export_models NAME {model_path} --dynamic-batch")
     model = load_latency_model(latency_model or CONFIGS / "latency_model.yaml")
-    roof = model.fitted_roofline()
-    if roof is None:
-        h = load_host(host or CONFIGS / "host.yaml")
-        roof = (h["peak_flops_per_s"], float(h["mem_bw_bytes_per_s"]))
-    peaks, bw = roof
+    peaks, bw = model_roofline(model, host)
     workload = workload or str(CONFIGS / "workload.yaml")
     rows = []
     for b in batches:

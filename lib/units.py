@@ -14,3 +14,11 @@ def fmt_count(x: float) -> str:
 
 def fmt_bytes(x: float) -> str:
     return f"{fmt_count(x)}B"
+
+
+def fmt_binary_bytes(n, digits: int = 3) -> str:
+    """1536 -> '1.5 KiB' (binary prefixes: memory sizes, tensors, files)."""
+    for unit, k in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= k:
+            return f"{n / k:.{digits}g} {unit}"
+    return f"{int(n)} B"

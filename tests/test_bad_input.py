@@ -102,11 +102,11 @@ def test_stage_chain_prerequisites_and_bad_configs(tmp_path, good):
     assert_clean_error(run_stage("03_merge_profile_metrics.py", "--results", rdir, "--host", bad_host), "not valid YAML")
     bad_host.write_text("peak_flops_per_s: {default: -1}\nmem_bw_bytes_per_s: 1e9\navg_power_w: 5\nenergy: {}\n")
     assert_clean_error(run_stage("03_merge_profile_metrics.py", "--results", rdir, "--host", bad_host), "positive")
-    # 03 without 01 works (roofline only); 04 then weights by roofline time
+    # 03 without 01 works (no measured latency); 04 then weights by the predicted time
     r = run_stage("03_merge_profile_metrics.py", "--results", rdir)
-    assert r.returncode == 0 and "roofline only" in r.stdout
+    assert r.returncode == 0 and "roofline and predicted time only" in r.stdout
     r = run_stage("04_critical_path.py", "--model", good, "--results", rdir)
-    assert r.returncode == 0 and "roofline" in r.stdout
+    assert r.returncode == 0 and "weights: predicted" in r.stdout
     assert_clean_error(run_stage("04_critical_path.py", "--model", good, "--results", rdir, "--weight", "measured"),
                        "run 01_profile_onnx.py")
     # a corrupt model next to good artifacts
