@@ -172,7 +172,7 @@ def _warn_faster_than_peak(model) -> None:
 
 def calibrate_latency_model(host: dict, out: Path | None, *, quick: bool = False, budget_s: float = 80.0,
                             target: str = "cpu", threads: int = 0, save_bench: str | None = None,
-                            bench_csv: str | None = None, passes: int = 1) -> tuple[dict, dict]:
+                            bench_csv: str | None = None, passes: int = 1, in_model: bool = True) -> tuple[dict, dict]:
     """Micro-benchmarks (or a saved table of them) -> fitted latency model; writes `out` unless None.
     Returns (the YAML document, the fit report)."""
     from . import latency_model as lm
@@ -189,6 +189,8 @@ def calibrate_latency_model(host: dict, out: Path | None, *, quick: bool = False
     bench["t_fit_us"] = bench[col]
     wall_bench = time.perf_counter() - t0
     model, report = lm.fit(bench, peaks, bw, dispatch={k: dispatch[k] for k in ("fixed_us", "per_kernel_us")})
+    if in_model:
+        model.in_model = _in_model(model, host, threads)
     doc = lm.model_document(model, _model_meta(host, bench, report, target=target, threads=threads, quick=quick,
                                                bench_csv=bench_csv, wall_bench=wall_bench))
     print_report(report)
@@ -197,6 +199,39 @@ def calibrate_latency_model(host: dict, out: Path | None, *, quick: bool = False
         lm.dump_yaml(doc, out, HEADER)
         print(f"wrote {out}")
     return doc, report
+
+
+CALIBRATION_MODELS = ["squeezenet1_1", "mnasnet0_5", "regnet_y_400mf", "torch-encoder"]   # never the ones checked
+
+
+def _in_model(model, host: dict, threads: int) -> dict[str, float]:
+    """Whole models other than those the prediction is checked on (bench/predict_vs_measured.py): stages 02
+    and 01 on each, then per op class measured / predicted kernel time (lib.latency_model.in_model_factors)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    import pandas as pd
+
+    from . import latency_model as lm
+    from .artifacts import REPO
+    from .export_models import export_encoder, export_torchvision
+    runs = []
+    for name in CALIBRATION_MODELS:
+        path = REPO / "models" / "calib" / f"{name}.onnx"
+        if not path.exists():
+            print(f"building calibration model {name} (random weights) ...", flush=True)
+            export_encoder(path) if name == "torch-encoder" else export_torchvision(name, path)
+        with tempfile.TemporaryDirectory(prefix="calib_") as tmp:
+            for stage, extra in (("02_shapes_flops_bytes.py", []), ("01_profile_onnx.py", ["--runs", "10", "--threads", str(threads)])):
+                subprocess.run([sys.executable, str(REPO / stage), "--model", str(path), "--results", tmp, *extra],
+                               check=True, capture_output=True)
+            runs.append((pd.read_csv(f"{tmp}/ops_metrics.csv"), pd.read_csv(f"{tmp}/ops_latency.csv")))
+        print(f"  in-model run: {name}", flush=True)
+    factors = lm.in_model_factors(model, runs, host)
+    print("in-model factors (whole-model / micro-benchmark time, per op class): "
+          + ", ".join(f"{k} {v:.2f}" for k, v in sorted(factors.items())))
+    return factors
 
 
 HEADER = """\
@@ -229,6 +264,9 @@ def print_report(report: dict) -> None:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default=str(CONFIGS / "host.yaml"), help="host file to update (default: %(default)s)")
+    p.add_argument("--system", default=str(CONFIGS / "system.yaml"),
+                   help="split system whose device A is this host: its lines marked (calibrated) are updated too "
+                        "(default: %(default)s; empty to leave it)")
     p.add_argument("--matmul-n", type=int, default=None, help="matrix size of the fp32 matmul (default 2048; 1024 with --quick)")
     p.add_argument("--triad-mib", type=int, default=None,
                    help="MiB per triad array (default 256, far above any LLC; 64 with --quick)")
@@ -247,6 +285,8 @@ def main(argv=None):
                    help="which statistic of a node's runs the fit targets (default cpu: kernel time scaled by the "
                         "run's CPU share, robust to other work on the cores; median: plain median)")
     p.add_argument("--threads", type=int, default=0, help="ORT intra-op threads; 0 = ORT's default, all cores (as stage 01)")
+    p.add_argument("--skip-in-model", action="store_true",
+                   help="no whole-model correction (its calibration models: " + ", ".join(CALIBRATION_MODELS) + ")")
     p.add_argument("--save-bench", metavar="CSV", help="also write the raw micro-benchmark table here")
     p.add_argument("--fit-only", metavar="CSV", help="no measurement at all: refit from a table saved with --save-bench, "
                    "against the host file's peaks")
@@ -260,7 +300,7 @@ def main(argv=None):
     try:
         if a.fit_only:
             calibrate_latency_model(load_host(a.host), None if a.dry_run else Path(a.out), target=a.target,
-                                    bench_csv=a.fit_only)
+                                    bench_csv=a.fit_only, in_model=False)
             return
         print(f"measuring fp32 matmul {matmul_n}x{matmul_n} on {os.cpu_count()} cores ...", flush=True)
         flops = measure_matmul(matmul_n)
@@ -271,6 +311,9 @@ def main(argv=None):
         if not a.dry_run:
             update_host_file(Path(a.host), {"float": flops, "default": flops, "mem_bw_bytes_per_s": bw})
             print(f"updated {a.host} (lines marked '# (calibrated)'; other hand edits kept)")
+            if a.system and Path(a.system).exists():   # device A of the split system is this host
+                update_host_file(Path(a.system), {"peak_flops_per_s": flops, "mem_bw_bytes_per_s": bw})
+                print(f"updated device A in {a.system} (its lines marked '# (calibrated)')")
         if a.skip_micro:
             return
         host = load_host(a.host)
@@ -279,7 +322,8 @@ def main(argv=None):
             host["mem_bw_bytes_per_s"] = bw
         calibrate_latency_model(host, None if a.dry_run else Path(a.out), quick=a.quick,
                                 budget_s=a.budget_s if a.budget_s is not None else (6.0 if a.quick else 80.0),
-                                target=a.target, threads=a.threads, save_bench=a.save_bench, passes=max(1, a.passes))
+                                target=a.target, threads=a.threads, save_bench=a.save_bench, passes=max(1, a.passes),
+                                in_model=not (a.quick or a.skip_in_model))
     except StageError as e:
         raise SystemExit(f"error: {e}") from None
 

@@ -92,6 +92,44 @@ def export_hf(kind: str, out: str | Path, *, hidden: int = 256, layers: int = 4,
                         ({0: b, 1: s}, {0: b, 1: s}), external_data)
 
 
+def export_encoder(out: str | Path, *, hidden: int = 256, layers: int = 4, heads: int = 4, seq: int = 128,
+                   opset: int = 18, seed: int = 0) -> Path:
+    """A causal pre-norm transformer written with plain torch ops (not Hugging Face's: the latency model
+    calibrates on it and is checked on the Hugging Face exports): embedding, attention with a -inf causal
+    mask (the masked softmax of a decoder), GELU MLP, LayerNorm, a vocabulary head."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+            self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
+            self.mlp = nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.GELU(), nn.Linear(4 * hidden, hidden))
+            self.register_buffer("mask", torch.triu(torch.full((seq, seq), float("-inf")), diagonal=1))
+
+        def forward(self, x):
+            b, s, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+            att = torch.softmax(q @ k.transpose(-1, -2) / (d // heads) ** 0.5 + self.mask, dim=-1)
+            x = x + self.proj((att @ v).transpose(1, 2).reshape(b, s, d))
+            return x + self.mlp(self.ln2(x))
+
+    class Encoder(nn.Module):
+        def __init__(self, vocab=8000):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, hidden)
+            self.blocks = nn.Sequential(*[Block() for _ in range(layers)])
+            self.head = nn.Linear(hidden, vocab)
+
+        def forward(self, ids):
+            return self.head(self.blocks(self.emb(ids)))
+
+    torch.manual_seed(seed)
+    return _save_export(Encoder().eval(), (torch.randint(0, 8000, (1, seq)),), Path(out), ["input_ids"],
+                        ["logits"], opset)
+
+
 def export_torchvision(name: str, out: str | Path, *, opset: int = 18, batch: int = 1, size: int = 224,
                        dynamic_batch: bool = False, seed: int = 0, fp16: bool = False) -> Path:
     import torch
@@ -117,7 +155,8 @@ def export_torchvision(name: str, out: str | Path, *, opset: int = 18, batch: in
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("name", help="torchvision model name (resnet50, mobilenet_v2, vit_b_16, swin_t ...), or hf-bert / hf-gpt2")
+    p.add_argument("name", help="torchvision model name (resnet50, mobilenet_v2, vit_b_16, swin_t ...), hf-bert / "
+                   "hf-gpt2, or torch-encoder (a causal nn.TransformerEncoder)")
     p.add_argument("out", help="output .onnx path")
     p.add_argument("--opset", type=int, default=18)
     p.add_argument("--batch", type=int, default=1)
@@ -129,7 +168,9 @@ def main(argv=None):
     p.add_argument("--heads", type=int, default=4, help="hf-*: attention heads (default 4)")
     p.add_argument("--external-data", action="store_true", help="hf-*: weights in <out>.data (external data)")
     a = p.parse_args(argv)
-    if a.name.startswith("hf-"):
+    if a.name == "torch-encoder":
+        path = export_encoder(a.out, hidden=a.hidden, layers=a.layers, heads=a.heads, opset=a.opset)
+    elif a.name.startswith("hf-"):
         path = export_hf(a.name[3:], a.out, hidden=a.hidden, layers=a.layers, heads=a.heads, opset=a.opset,
                          external_data=a.external_data)
     else:

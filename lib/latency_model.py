@@ -161,6 +161,7 @@ class LatencyModel:
     dispatch: dict = field(default_factory=lambda: {"fixed_us": 0.0, "per_kernel_us": 0.0})
     meta: dict = field(default_factory=dict)
     path: str | None = None
+    in_model: dict[str, float] = field(default_factory=dict)   # op class -> in-model / micro-benchmark time
 
     # -- which parameters a node uses
     def resolve(self, op_class: str, op_type: str, mac_dtype=None, anchor: bool = False) -> str:
@@ -201,6 +202,10 @@ class LatencyModel:
             p = self.params[k]
             tc[idx], tm[idx] = _terms(p, flops[idx], nbytes[idx], peak[idx], bw)
             ov[idx] = p["overhead_us"]
+        # in a whole model an op class runs slower than alone in a micro-benchmark (cold caches, masks, small
+        # batched shapes): the factors fitted on calibration models (never the model predicted)
+        f = np.array([self.in_model.get(c, 1.0) for c in cls], dtype=float)
+        tc, tm, ov = tc * f, tm * f, ov * f
         t = ov + np.maximum(tc, tm)
         if include_dispatch:
             t = t + float(self.dispatch.get("per_kernel_us", 0.0))
@@ -341,8 +346,13 @@ def load_latency_model(path: str | Path) -> LatencyModel:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise _bad(path, f"dispatch.{name} must be a number >= 0, got {v!r}")
         disp[name] = float(v)
-    meta = {k: v for k, v in data.items() if k not in ("params", "fallback", "dispatch")}
-    return LatencyModel(clean, {**DEFAULT_FALLBACK, **fallback}, disp, meta, str(path))
+    in_model = data.get("in_model", {}) or {}
+    if not isinstance(in_model, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                                                 for v in in_model.values()):
+        raise _bad(path, "in_model must map op classes to positive factors")
+    meta = {k: v for k, v in data.items() if k not in ("params", "fallback", "dispatch", "in_model")}
+    return LatencyModel(clean, {**DEFAULT_FALLBACK, **fallback}, disp, meta, str(path),
+                        {str(k): float(v) for k, v in in_model.items()})
 
 
 def model_for_device(device: dict, host_model: str | Path, base: str | Path | None = None) -> LatencyModel:
@@ -594,7 +604,24 @@ def model_document(model: LatencyModel, meta: dict) -> dict:
                      "fit_error": p.get("fit_error", {})}
     return {"format": FORMAT, **meta, "dispatch": {k: _num(float(v)) for k, v in model.dispatch.items()
                                                    if k in ("fixed_us", "per_kernel_us")},
+            "in_model": {k: _num(float(v)) for k, v in sorted(model.in_model.items())},
             "fallback": dict(model.fallback), "params": params}
+
+
+def in_model_factors(model: "LatencyModel", runs: list[tuple[pd.DataFrame, pd.DataFrame]], host: dict,
+                     lo: float = 0.5, hi: float = 8.0) -> dict[str, float]:
+    """Per op class: measured / predicted kernel time, pooled over whole calibration models (stage 02's table
+    and stage 01's latency of each), the nodes ORT fuses counted in their anchor's class."""
+    meas, pred = {}, {}
+    for metrics, latency in runs:
+        df = metrics.merge(latency[["node", "latency_us", "attribution", "fused_into"]], on="node")
+        fused = df["attribution"].isin(["fused", "not_run"]).to_numpy()
+        t = model.predict(df, host["peak_flops_per_s"], host["mem_bw_bytes_per_s"], fused, df["fused_into"],
+                          include_dispatch=False)
+        for cls, m, p in zip(df["op_class"], df["latency_us"].fillna(0.0), t):
+            meas[cls] = meas.get(cls, 0.0) + float(m)
+            pred[cls] = pred.get(cls, 0.0) + float(p)
+    return {c: float(np.clip(meas[c] / pred[c], lo, hi)) for c in meas if pred[c] >= 100.0}
 
 
 # ------------------------------------------------------------------ which nodes ORT fuses away
