@@ -280,3 +280,23 @@ def test_calibrate_skip_micro_only_touches_host(tmp_path):
                         "--host", str(host), "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert not out.exists()
+
+
+def test_in_model_factors_and_device_factors_reproduce_the_prediction():
+    """Whole-model runs 2x slower than predicted for a class give it a factor 2, which then scales that class's
+    prediction; factors() (the split model's form) reproduces predict() for any device peak/bandwidth."""
+    m = _model({"elementwise": P_MEM, "conv": P_CONV, "default": P_MEM})
+    df = _table([{}, {"op_class": "conv", "op_type": "Conv", "flops": 4e8}, {}])
+    df["node"] = ["a", "b", "c"]
+    host = {"peak_flops_per_s": PEAKS, "mem_bw_bytes_per_s": BW}
+    base = m.predict(df, PEAKS, BW, include_dispatch=False)
+    lat = pd.DataFrame({"node": ["a", "b", "c"], "latency_us": [2 * base[0], base[1], 2 * base[2]],
+                        "attribution": "kernel", "fused_into": ""})
+    factors = lm.in_model_factors(m, [(df, lat)], host)
+    assert factors == pytest.approx({"elementwise": 2.0, "conv": 1.0})
+    m.in_model = factors
+    assert m.predict(df, PEAKS, BW, include_dispatch=False) == pytest.approx(base * np.array([2.0, 1.0, 2.0]))
+    ec, em, ovh = m.factors(df, 1e12, 1e11)
+    flops, nbytes = df["flops"].to_numpy(), df[["act_in_bytes", "act_out_bytes", "weight_bytes"]].sum(axis=1).to_numpy()
+    again = ovh + np.maximum(flops / (1e12 * ec), nbytes / (1e11 * em)) * 1e6
+    assert again == pytest.approx(m.predict(df, 1e12, 1e11))
