@@ -4,8 +4,10 @@
 MACs are multiply-accumulates of Conv/Gemm/MatMul/RNN-class ops; FLOPs = 2 x MACs for them, and a per-element
 count for the other ops (README, "Cost model"). Ops of unknown cost are flagged (cost_known = False,
 flops/macs left empty), counted and listed, never silently zero. Every node records where its shapes came
-from (shape_source: onnx, ort, values, executed). Also writes graph.onnx (the inferred graph, weights
-stripped) that stages 04-10 reuse, and metrics_meta.json (totals, model identity and input spec).
+from (shape_source: onnx, ort, values, executed; constant for nodes computed from weights alone; unknown
+when a shape is missing). Also writes graph.onnx (the inferred graph, weights stripped) that 08 and 10 reuse,
+graph.npz (its structure as arrays) that 04, 05 and 07 reuse, and metrics_meta.json (totals, model identity
+and input spec).
 """
 from lib import cli
 from lib.artifacts import versions, write_csv, write_json

@@ -13,16 +13,15 @@ from lib import cli
 from lib.artifacts import CONFIGS, read_csv, versions, write_csv, write_json
 from lib.host import load_host
 from lib.latency_model import ort_node_roles, predict_profile
-from lib.loading import read_validated
+from lib.loading import analysed
 from lib.provenance import Results, stamp
-from lib.roofline import merge, roofline
+from lib.roofline import LATENCY_COLUMNS, merge, roofline
 
 
 def predicted(df, meta: dict, host: dict, a, metas: dict):
     """t_pred_us and the prediction's summary; without a profile, ORT's fusions from its optimized graph."""
-    if not meta["measured"] and a.model:
-        shapes = metas["metrics_meta.json"]["identity"]["inputs"]["input_shapes"]
-        roles = ort_node_roles(a.model, [" ".join(f"{k}={'x'.join(map(str, v))}" for k, v in shapes.items())])
+    if not meta["measured"] and a.model:    # ORT's fusions from its optimized graph, on 02's inferred graph
+        roles = ort_node_roles(a.model, graph=analysed(a.rdir, a.model)[0].graph)
         df[["attribution", "fused_into"]] = roles[["attribution", "fused_into"]].to_numpy()
     t, info = predict_profile(df, host, a.latency_model)
     df["t_pred_us"] = t
@@ -63,8 +62,8 @@ def main(argv=None):
     metrics = read_csv(a.rdir, "ops_metrics.csv", ("node", "op_type", "flops", "dtype"))
     measured = not a.no_profile and (a.rdir / "ops_latency.csv").exists()
     names = ["metrics_meta.json"] + (["profile_meta.json"] if measured else [])
-    metas = res.require(*names, light=read_validated(a.model) if a.model else None)
-    latency = read_csv(a.rdir, "ops_latency.csv", ("node", "latency_us")) if measured else None
+    metas = res.require(*names, light=a.model)
+    latency = read_csv(a.rdir, "ops_latency.csv", ("node", *LATENCY_COLUMNS)) if measured else None
     if not measured:
         print("note: no ops_latency.csv (run 01_profile_onnx.py for measured latency): roofline and predicted time only")
     df, pred = predicted(roofline(merge(metrics, latency), host), {"measured": measured}, host, a, metas)

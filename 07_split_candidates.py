@@ -53,13 +53,14 @@ def main(argv=None):
     print(f"sweeping {len(arrays.names) - 1} boundaries of {a.model} ({len(arrays.names)} nodes)")
     df = sweep(arrays, int(rk.get("skip_block_min_span", 4)), float(rk.get("skip_block_max_share", 0.25)))
     df = add_costs(df, prof, latency, system, arrays)
-    df = prune_and_rank(df, system, feasibility_reasons(a.feasibility, a.feasibility_arch) if a.feasibility else None)
+    df = prune_and_rank(df, system, feasibility_reasons(a.feasibility, a.feasibility_arch, res.identity("metrics_meta.json"))
+                       if a.feasibility else None)
     top = df[df["rank"] <= int(rk.get("top_k", 10))].sort_values("rank")
     pareto = pareto_table(df)
-    summ = split_summary(df, baselines(prof, latency, system), system)
+    base = baselines(prof, latency, system)
+    summ = split_summary(df, base, system)
     ident = metas["merge_meta.json"]["identity"]
-    wp = stamp({"latency_source": "measured (01)" if latency is not None else "roofline",
-                "workload": spec.workload}, ident, metas)
+    wp = stamp({"latency_source": base["device_a"]["time_source"], "workload": spec.workload}, ident, metas)
     write_csv(df, a.rdir / "boundaries.csv")
     write_csv(pareto, a.rdir / "pareto_export.csv")
     write_json({**pruning_summary(df, rk), "constraints": system.get("constraints"),

@@ -62,7 +62,8 @@ def main(argv=None):
         print(f"removed split folders of another model or input spec: {', '.join(swept['removed'])}")
     opts = {"atol": a.atol, "rtol": a.rtol, "runs": a.runs, "hops": a.hops, "diagram": a.diagram,
             "hint": value_hint(an.light.model, an.spec), "inputs_npz": an.spec.inputs_npz}
-    meta = {"identity": run["identity"], "run_id": run["run_id"], "input_shapes": an.shapes, "model": Path(a.model).name}
+    meta = {"identity": run["identity"], "run_id": run["run_id"], "input_shapes": an.shapes, "model": Path(a.model).name,
+            "seed": an.spec.feed_seed()}
     exporter = SplitExporter(a.model, an.graph, a.external_data) if chosen else None
     feeds = an.feeds() if chosen else {}
     reports = []

@@ -16,12 +16,13 @@ import functools
 import pandas as pd
 
 from lib import cli
-from lib.artifacts import CONFIGS, read_csv, write_csv
+from lib.artifacts import CONFIGS, read_csv, write_csv, write_json
 from lib.export_split import SplitExporter
 from lib.hailo import ARCHS, ParseCache, backends, check_partitions, load_op_table, partition_file, provision
 from lib.inputs import InputSpec
 from lib.loading import analysed
-from lib.splits import choose_boundaries
+from lib.provenance import stamp
+from lib.splits import HAILO_META, choose_boundaries
 
 COLUMNS = ["boundary", "side", "partition", "arch", "status", "source", "node", "op", "reason", "compiler_version",
            "cached"]
@@ -64,11 +65,13 @@ def main(argv=None):
         return 0
     if not a.model:
         p.error("--model is required")
+    if a.top_k < 1:
+        p.error("--top-k must be >= 1")
     cache = ParseCache()
     if a.clear_cache:
         print(f"cleared {cache.clear()} cached parse results ({cache.path})")
     an, res = analysed(a.rdir, a.model, InputSpec.from_args(a))
-    res.require("workload_profile.json")
+    metas = res.require("workload_profile.json", "metrics_meta.json")
     bd = read_csv(a.rdir, "boundaries.csv", ("boundary", "after_node", "rank"))
     table, cmds = load_op_table(a.op_table), backends(a.backend, a.arch)
     exporter = functools.cache(lambda: SplitExporter(a.model, an.graph))    # built only when a part is missing
@@ -76,6 +79,8 @@ def main(argv=None):
     rows = check_partitions(parts, a.rdir, a.side, a.arch, cmds, table, cache)
     cache.save()
     write_csv(pd.DataFrame(rows, columns=COLUMNS), a.rdir / "hailo_feasibility.csv")
+    write_json(stamp({"arch": a.arch, "boundaries": sorted(parts)}, metas["workload_profile.json"]["identity"], metas),
+               a.rdir / HAILO_META)     # 07 --feasibility checks that the CSV is of this model and spec
     report(rows, a.arch)
     print(f"wrote {a.rdir / 'hailo_feasibility.csv'}")
     return 0

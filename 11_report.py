@@ -16,8 +16,7 @@ import time
 from pathlib import Path
 
 from lib import cli
-from lib.artifacts import atomic_path, versions, write_json
-from lib.loading import read_validated
+from lib.artifacts import REPO, atomic_path, versions, write_json
 from lib.provenance import stamp
 from lib.report import build, build_index, screenshots
 
@@ -25,8 +24,8 @@ from lib.report import build, build_index, screenshots
 def main(argv=None):
     p = cli.parser(__doc__, model="or-results")
     p.add_argument("--top-nodes", type=int, default=15, help="nodes in the top-by-time table (default: %(default)s)")
-    p.add_argument("--index", metavar="HTML", help="the all-models page (default: index.html beside the results "
-                   "folder, i.e. results/index.html)")
+    p.add_argument("--index", metavar="HTML", help="the all-models page (default: results/index.html, when the "
+                   "results folder is results/<stem>/)")
     p.add_argument("--no-index", action="store_true", help="do not regenerate the all-models page")
     p.add_argument("--screenshots", metavar="DIR", help="also save a PNG of each section in DIR (headless chromium via "
                    "Playwright; both must be installed)")
@@ -34,7 +33,7 @@ def main(argv=None):
     if a.top_nodes < 1:
         p.error("--top-nodes must be >= 1")
     t0 = time.perf_counter()
-    light = read_validated(a.model) if a.model else None
+    light = a.model     # a path: the graph hash is read only when the file changed since 02 (provenance.graph_hash)
     html, info = build(a.rdir, light, a.top_nodes)
     out = a.rdir / "report.html"
     with atomic_path(out) as tmp:
@@ -51,8 +50,10 @@ def main(argv=None):
     if a.screenshots:
         shots = screenshots(out, Path(a.screenshots))
         print(f"wrote {len(shots)} section screenshots to {a.screenshots}/")
-    if not a.no_index:
-        index = Path(a.index) if a.index else a.rdir.resolve().parent / "index.html"
+    # the all-models page lives in results/ (never beside a results folder of the user's choosing, unasked)
+    default_index = REPO / "results" / "index.html" if a.rdir.resolve().parent == REPO / "results" else None
+    if not a.no_index and (a.index or default_index):
+        index = Path(a.index) if a.index else default_index
         page, n = build_index(index.parent)
         with atomic_path(index) as tmp:
             tmp.write_text(page, encoding="utf-8")

@@ -122,7 +122,7 @@ fx: | $(VENV)
 	$(PY) 06_plots.py --results results/$(subst :,_,$(TORCH_MODEL))
 
 calibrate: | $(VENV)
-	$(PY) -m lib.calibrate --host $(HOST)
+	$(PY) -m lib.calibrate --host $(HOST) --system $(SYSTEM) --out $(LATENCY_MODEL)
 
 # measured and predicted latency, throughput and arithmetic intensity per batch -> results/<stem>/sweep.csv + plot
 BATCHES ?= 1 2 4 8 16

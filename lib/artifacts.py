@@ -44,11 +44,14 @@ PRODUCER = {
     "validation_report.json": "08_export_splits.py",
     "fx_hardware.csv": "09_fx_partition.py",
     "hailo_feasibility.csv": "10_hailo_parse.py",
+    "hailo_meta.json": "10_hailo_parse.py",
+    "plots_meta.json": "06_plots.py",
 }
 
 
-TEXT_COLUMNS = ("node", "after_node", "op_type", "fused_into", "layer", "cut_tensors", "kernel", "ort_kernels",
-                "reason", "skip_block", "cost_note", "shape_source", "dtype", "mac_dtype", "out_shapes", "op_class")
+TEXT_COLUMNS = ("node", "after_node", "after_layer", "op_type", "fused_into", "layer", "cut_tensors", "kernel",
+                "ort_kernels", "reason", "pruned_by", "skip_block", "cost_note", "shape_source", "dtype", "mac_dtype",
+                "out_shapes", "op_class", "attribution")
 
 
 def results_dir(model: str | None, results: str | None) -> Path:
@@ -115,6 +118,9 @@ def read_csv(rdir: Path, name: str, required_columns: tuple[str, ...] = ()) -> p
         df = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={c: str for c in TEXT_COLUMNS})
     except Exception as e:  # noqa: BLE001 - any parse failure is bad input
         raise StageError(f"{path} is unreadable ({e}): re-run {PRODUCER.get(name, 'its stage')}") from None
+    for c in TEXT_COLUMNS:      # an empty text cell is "", never NaN (a NaN layer would print as "nan")
+        if c in df.columns:
+            df[c] = df[c].fillna("")
     missing = [c for c in required_columns if c not in df.columns]
     if missing:
         raise StageError(f"{path} lacks columns {missing}: re-run {PRODUCER.get(name, 'its stage')}")

@@ -19,6 +19,10 @@ from .errors import StageError
 from .graph import Graph, GraphArrays, constant_tensors, graph_arrays
 
 MAX_NAMES = 16  # cut tensor names listed per boundary (the count is always exact)
+SWEEP_COLUMNS = {"boundary": "int64", "after_node": "str", "cut_tensors": "str", "n_cut_tensors": "int64",
+                 "comm_bytes": "float64", "cut_unknown_size": "int64", "live_bytes": "float64",
+                 "right_graph_inputs": "int64", "strict_ok": "bool", "skip_block": "str",
+                 "peak_act_left_bytes": "float64", "peak_act_right_bytes": "float64"}
 
 
 def _diff(n: int, start: np.ndarray, end: np.ndarray, weight=None) -> np.ndarray:
@@ -72,8 +76,8 @@ def sweep(a: GraphArrays | Graph, skip_block_min_span: int = 4, skip_block_max_s
     if isinstance(a, Graph):
         a = graph_arrays(a, constant_tensors(a))
     n = len(a.names)
-    if n < 2:
-        raise StageError("the graph has fewer than 2 nodes: there is no boundary to cut")
+    if n < 2:       # nothing to cut is a result, not an error: an empty table
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in SWEEP_COLUMNS.items()})
     prod = a.t_prod
     ncons = np.diff(a.cons_ptr)
     last = np.where(ncons > 0, a.cons[np.maximum(a.cons_ptr[1:] - 1, 0)] if len(a.cons) else prod, prod)

@@ -211,10 +211,8 @@ def _in_model(model, host: dict, threads: int) -> dict[str, float]:
     import sys
     import tempfile
 
-    import pandas as pd
-
     from . import latency_model as lm
-    from .artifacts import REPO
+    from .artifacts import REPO, read_csv
     from .export_models import export_encoder, export_torchvision
     runs = []
     for name in CALIBRATION_MODELS:
@@ -226,7 +224,8 @@ def _in_model(model, host: dict, threads: int) -> dict[str, float]:
             for stage, extra in (("02_shapes_flops_bytes.py", []), ("01_profile_onnx.py", ["--runs", "10", "--threads", str(threads)])):
                 subprocess.run([sys.executable, str(REPO / stage), "--model", str(path), "--results", tmp, *extra],
                                check=True, capture_output=True)
-            runs.append((pd.read_csv(f"{tmp}/ops_metrics.csv"), pd.read_csv(f"{tmp}/ops_latency.csv")))
+            runs.append((read_csv(tmp, "ops_metrics.csv", ("node", "op_type", "flops")),
+                         read_csv(tmp, "ops_latency.csv", ("node", "latency_us"))))
         print(f"  in-model run: {name}", flush=True)
     factors = lm.in_model_factors(model, runs, host)
     print("in-model factors (whole-model / micro-benchmark time, per op class): "
@@ -262,11 +261,12 @@ def print_report(report: dict) -> None:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from . import cli
+    p = cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default=str(CONFIGS / "host.yaml"), help="host file to update (default: %(default)s)")
-    p.add_argument("--system", default=str(CONFIGS / "system.yaml"),
-                   help="split system whose device A is this host: its lines marked (calibrated) are updated too "
-                        "(default: %(default)s; empty to leave it)")
+    p.add_argument("--system", metavar="YAML",
+                   help="a split system whose device A is this host: its lines marked (calibrated) are updated too "
+                        "(make calibrate passes configs/system.yaml)")
     p.add_argument("--matmul-n", type=int, default=None, help="matrix size of the fp32 matmul (default 2048; 1024 with --quick)")
     p.add_argument("--triad-mib", type=int, default=None,
                    help="MiB per triad array (default 256, far above any LLC; 64 with --quick)")
@@ -291,42 +291,42 @@ def main(argv=None):
     p.add_argument("--fit-only", metavar="CSV", help="no measurement at all: refit from a table saved with --save-bench, "
                    "against the host file's peaks")
     a = p.parse_args(argv)
-    if not Path(a.host).exists():
-        raise SystemExit(f"error: host file {a.host} not found (restore configs/host.yaml from git)")
-    matmul_n = a.matmul_n or (1024 if a.quick else 2048)
-    triad_mib = a.triad_mib or (64 if a.quick else 256)
     from .errors import StageError
     from .host import load_host
-    try:
-        if a.fit_only:
-            calibrate_latency_model(load_host(a.host), None if a.dry_run else Path(a.out), target=a.target,
-                                    bench_csv=a.fit_only, in_model=False)
-            return
-        print(f"measuring fp32 matmul {matmul_n}x{matmul_n} on {os.cpu_count()} cores ...", flush=True)
-        flops = measure_matmul(matmul_n)
-        print(f"  peak fp32: {flops / 1e9:.1f} GFLOP/s")
-        print(f"measuring STREAM triad on 3 x {triad_mib} MiB arrays ...", flush=True)
-        bw = measure_triad(triad_mib)
-        print(f"  bandwidth: {bw / 1e9:.1f} GB/s")
-        if not a.dry_run:
-            update_host_file(Path(a.host), {"float": flops, "default": flops, "mem_bw_bytes_per_s": bw})
-            print(f"updated {a.host} (lines marked '# (calibrated)'; other hand edits kept)")
-            if a.system and Path(a.system).exists():   # device A of the split system is this host
-                update_host_file(Path(a.system), {"peak_flops_per_s": flops, "mem_bw_bytes_per_s": bw})
-                print(f"updated device A in {a.system} (its lines marked '# (calibrated)')")
-        if a.skip_micro:
-            return
-        host = load_host(a.host)
-        if a.dry_run:   # the figures just measured, as the host file would have them
-            host["peak_flops_per_s"] = {**host["peak_flops_per_s"], "float": flops, "default": flops}
-            host["mem_bw_bytes_per_s"] = bw
-        calibrate_latency_model(host, None if a.dry_run else Path(a.out), quick=a.quick,
-                                budget_s=a.budget_s if a.budget_s is not None else (6.0 if a.quick else 80.0),
-                                target=a.target, threads=a.threads, save_bench=a.save_bench, passes=max(1, a.passes),
-                                in_model=not (a.quick or a.skip_in_model))
-    except StageError as e:
-        raise SystemExit(f"error: {e}") from None
+    if not Path(a.host).exists():
+        raise StageError(f"host file {a.host} not found (restore configs/host.yaml from git)")
+    if a.system and not Path(a.system).exists():
+        raise StageError(f"--system {a.system} not found")
+    matmul_n = a.matmul_n or (1024 if a.quick else 2048)
+    triad_mib = a.triad_mib or (64 if a.quick else 256)
+    if a.fit_only:
+        calibrate_latency_model(load_host(a.host), None if a.dry_run else Path(a.out), target=a.target,
+                                bench_csv=a.fit_only, in_model=False)
+        return
+    print(f"measuring fp32 matmul {matmul_n}x{matmul_n} on {os.cpu_count()} cores ...", flush=True)
+    flops = measure_matmul(matmul_n)
+    print(f"  peak fp32: {flops / 1e9:.1f} GFLOP/s")
+    print(f"measuring STREAM triad on 3 x {triad_mib} MiB arrays ...", flush=True)
+    bw = measure_triad(triad_mib)
+    print(f"  bandwidth: {bw / 1e9:.1f} GB/s")
+    if not a.dry_run:
+        update_host_file(Path(a.host), {"float": flops, "default": flops, "mem_bw_bytes_per_s": bw})
+        print(f"updated {a.host} (lines marked '# (calibrated)'; other hand edits kept)")
+        if a.system:   # device A of the split system is this host
+            update_host_file(Path(a.system), {"peak_flops_per_s": flops, "mem_bw_bytes_per_s": bw})
+            print(f"updated device A in {a.system} (its lines marked '# (calibrated)')")
+    if a.skip_micro:
+        return
+    host = load_host(a.host)
+    if a.dry_run:   # the figures just measured, as the host file would have them
+        host["peak_flops_per_s"] = {**host["peak_flops_per_s"], "float": flops, "default": flops}
+        host["mem_bw_bytes_per_s"] = bw
+    calibrate_latency_model(host, None if a.dry_run else Path(a.out), quick=a.quick,
+                            budget_s=a.budget_s if a.budget_s is not None else (6.0 if a.quick else 80.0),
+                            target=a.target, threads=a.threads, save_bench=a.save_bench, passes=max(1, a.passes),
+                            in_model=not (a.quick or a.skip_in_model))
 
 
 if __name__ == "__main__":
-    main()
+    from . import cli as _cli
+    _cli.run(main)

@@ -7,16 +7,8 @@ length. A body op of unknown cost makes the whole node unknown.
 """
 from __future__ import annotations
 
-from onnx import helper
-
 from .graph import Graph, subgraph_view
-
-
-def _attr(node, name, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
+from .graph import attr as _attr
 
 
 def body_cost(body, g: Graph) -> tuple[float, float] | None:

@@ -41,9 +41,7 @@ def node_energy(prof: pd.DataFrame, host: dict, avg_power_w: float) -> pd.DataFr
     nbytes, _ = known_or_zero(node_bytes(prof))      # the one bytes policy (lib/roofline.py)
     df = prof[["node", "op_type", "op_class", "layer", "dtype", "flops", "latency_us", "attribution", "fused_into"]].copy()
     df["bytes"] = nbytes
-    # P_avg x the node's time: measured when 01 ran, else 03's prediction
-    t = prof["latency_us"] if prof["latency_us"].notna().any() or "t_pred_us" not in prof else prof["t_pred_us"]
-    df["e_power_j"] = avg_power_w * t * 1e-6
+    df["e_power_j"] = avg_power_w * prof["latency_us"] * 1e-6     # P_avg x the node's time
     df["e_compute_j"] = prof["flops"].fillna(0.0) * e_flop
     df["e_mem_j"] = nbytes * e_byte
     df["e_total_j"] = df["e_compute_j"] + df["e_mem_j"]

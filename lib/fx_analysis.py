@@ -137,7 +137,8 @@ def fx_cost(kind: str, module, args, numel_in: int, numel_out: int) -> tuple[flo
         return float("nan"), False
     if key in ("MaxPool", "AveragePool"):
         k = module.kernel_size if module is not None else args[1]
-        return float(numel_out * (math.prod(k) if isinstance(k, (tuple, list)) else k ** 2)), True
+        rank = 1 if kind.endswith("1d") else 2        # an int kernel_size is k per spatial dim
+        return float(numel_out * (math.prod(k) if isinstance(k, (tuple, list)) else k ** rank)), True
     if key in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean"):
         return float(numel_in + numel_out), True
     if key == "ReduceSum":

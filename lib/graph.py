@@ -8,6 +8,8 @@ from __future__ import annotations
 import functools
 import heapq
 import math
+from collections import ChainMap
+from collections.abc import Container
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -216,16 +218,16 @@ def unique_names(raw: list[str], ops: list[str]) -> list[str]:
     return names
 
 
-def _topological(ins: list[list[str]], outs: list[list[str]], available: set[str], names: list[str]
-                 ) -> tuple[list[int], bool]:
+def _topological(ins: list[list[str]], outs: list[list[str]], available: set[str], names: list[str],
+                 outer: Container[str] = frozenset()) -> tuple[list[int], bool]:
     """The file order when it is valid, else a stable Kahn order (lowest file index first). ins include the
-    implicit inputs of control-flow bodies."""
+    implicit inputs of control-flow bodies; `outer`: the enclosing scopes' tensors (a body's reads of them)."""
     produced_by = {o: i for i, os_ in enumerate(outs) for o in os_ if o}
     have = set(available)
     ok = True
     for i, is_ in enumerate(ins):
         for t in is_:
-            if t not in have and t in produced_by:
+            if t not in have and t in produced_by and t not in outer:
                 ok = False
                 break
         if not ok:
@@ -258,17 +260,25 @@ def _topological(ins: list[list[str]], outs: list[list[str]], available: set[str
     return order, False
 
 
+def attr(node: onnx.NodeProto, name: str, default=None):
+    """A node attribute's value (the one helper every module uses)."""
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
 def outer_reads(node: onnx.NodeProto) -> list[str]:
     """Tensors a control-flow node's subgraphs read from the enclosing scope (their implicit inputs)."""
-    out: list[str] = []
+    out: dict[str, None] = {}          # ordered, O(1) membership
     for a in node.attribute:
         for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
             local = {i.name for i in sub.input} | {t.name for t in sub.initializer}
             for n in sub.node:
-                out += [t for t in list(n.input) + outer_reads(n) if t and t not in local and t not in out]
+                out.update((t, None) for t in list(n.input) + outer_reads(n) if t and t not in local)
                 local.update(n.output)
-            out += [o.name for o in sub.output if o.name not in local and o.name not in out]
-    return out
+            out.update((o.name, None) for o in sub.output if o.name not in local)
+    return list(out)
 
 
 def _small_values(g: onnx.GraphProto) -> dict[str, np.ndarray]:
@@ -290,14 +300,16 @@ def subgraph_view(body: onnx.GraphProto, outer: Graph) -> Graph:
     """A Graph over a control-flow body whose tensors fall back on the enclosing graph's shapes and values."""
     m = onnx.ModelProto()
     m.graph.CopyFrom(body)
-    sub = build_graph(m, outer_scope=set(outer.tensors) | set(outer.producer))
-    # the enclosing graph may know body tensors better (shapes found by inlining the branch taken)
-    sub.tensors = {**outer.tensors, **{t: i for t, i in sub.tensors.items() if i.shape is not None or t not in outer.tensors}}
-    sub.values = {**outer.values, **sub.values}
+    sub = build_graph(m, outer_scope=ChainMap(outer.tensors, outer.producer))
+    # the enclosing graph may know body tensors better (shapes found by inlining the branch taken); views,
+    # not copies, of the enclosing graph's tables (a model with thousands of Ifs would copy them thousands of times)
+    sub.tensors = ChainMap({t: i for t, i in sub.tensors.items() if i.shape is not None or t not in outer.tensors},
+                           outer.tensors)
+    sub.values = ChainMap(sub.values, outer.values)
     return sub
 
 
-def build_graph(model: onnx.ModelProto, outer_scope: set[str] = frozenset(),
+def build_graph(model: onnx.ModelProto, outer_scope: Container[str] = frozenset(),
                 tensors: dict[str, TensorInfo] | None = None, table: NodeTable | None = None) -> Graph:
     """Index a graph in O(nodes + edges); `tensors` and `table` when the caller already read them."""
     g = model.graph
@@ -309,7 +321,7 @@ def build_graph(model: onnx.ModelProto, outer_scope: set[str] = frozenset(),
         ins[i] = ins[i] + extra
     outs = [[o for o in os_ if o] for os_ in table.outputs]
     names = unique_names(table.names, table.ops)
-    order, file_order = _topological(ins, outs, inits | {i.name for i in g.input} | set(outer_scope), names)
+    order, file_order = _topological(ins, outs, inits | {i.name for i in g.input}, names, outer_scope)
     if not file_order:
         names, ins, outs = [names[i] for i in order], [ins[i] for i in order], [outs[i] for i in order]
     implicit = {pos: implicit_all[i] for pos, i in enumerate(order) if implicit_all.get(i)}
@@ -357,8 +369,8 @@ class GraphArrays:
     """The graph's structure as arrays (stage 02 saves it as graph.npz): what stages 04, 05 and 07 need,
     loaded in milliseconds instead of parsing and indexing the model again. Tensors are the node outputs and
     the graph inputs; positions are the topological order."""
-    names: np.ndarray          # node ids
-    t_names: np.ndarray        # tensor names
+    names: np.ndarray          # node ids (object array of str)
+    t_names: np.ndarray        # tensor names (object array of str)
     t_prod: np.ndarray         # producing node position, -1 for a graph input
     t_nbytes: np.ndarray       # bytes, NaN when unknown
     t_const: np.ndarray        # computable from constants alone (a weight: never link traffic)
@@ -383,16 +395,33 @@ class GraphArrays:
                 out[p].append(i)
         return out
 
+    run_id: str = ""           # the run of stage 02 that made it
+
+    TEXT = ("names", "t_names")
+
     def save(self, path) -> None:
-        np.savez(path, **{k: getattr(self, k) for k in self.__dataclass_fields__})
+        """npz without pickles; names as UTF-8 bytes + offsets (a fixed-width unicode array would take the
+        longest name's width for every name)."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in self.TEXT + ("run_id",)}
+        for k in self.TEXT:
+            enc = [s.encode("utf-8") for s in getattr(self, k)]
+            out[f"{k}_bytes"] = np.frombuffer(b"".join(enc), dtype=np.uint8)
+            out[f"{k}_ptr"] = np.cumsum([0] + [len(e) for e in enc], dtype=np.int64)
+        out["run_id"] = np.frombuffer(self.run_id.encode(), dtype=np.uint8)
+        np.savez(path, **out)
 
     @classmethod
     def load(cls, path) -> "GraphArrays":
         with np.load(path, allow_pickle=False) as d:
-            return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+            kw = {k: d[k] for k in cls.__dataclass_fields__ if k not in cls.TEXT + ("run_id",)}
+            for k in cls.TEXT:
+                blob, ptr = d[f"{k}_bytes"].tobytes(), d[f"{k}_ptr"]
+                kw[k] = np.array([blob[a:b].decode("utf-8") for a, b in zip(ptr[:-1], ptr[1:])], dtype=object)
+            kw["run_id"] = d["run_id"].tobytes().decode()
+        return cls(**kw)
 
 
-def graph_arrays(g: Graph, consts: set[str]) -> GraphArrays:
+def graph_arrays(g: Graph, consts: set[str], run_id: str = "") -> GraphArrays:
     t_names = list(g.graph_inputs) + [o for outs in g.node_outputs for o in outs]
     tid = {t: k for k, t in enumerate(t_names)}
     prod = np.array([-1] * len(g.graph_inputs) + [g.producer[t] for t in t_names[len(g.graph_inputs):]], dtype=np.int64)
@@ -401,10 +430,10 @@ def graph_arrays(g: Graph, consts: set[str]) -> GraphArrays:
     in_lists = [[tid[t] for t in ins if t in tid] for ins in g.node_inputs]
     outputs = set(g.graph_outputs)
     return GraphArrays(
-        names=np.array(g.names, dtype=str), t_names=np.array(t_names, dtype=str), t_prod=prod, t_nbytes=nb,
+        names=np.array(g.names, dtype=object), t_names=np.array(t_names, dtype=object), t_prod=prod, t_nbytes=nb,
         t_const=np.array([t in consts for t in t_names], dtype=bool),
         t_output=np.array([t in outputs for t in t_names], dtype=bool),
         cons_ptr=np.cumsum([0] + [len(c) for c in cons_lists], dtype=np.int64),
         cons=np.array([c for cs in cons_lists for c in cs], dtype=np.int64),
         in_ptr=np.cumsum([0] + [len(x) for x in in_lists], dtype=np.int64),
-        in_t=np.array([t for xs in in_lists for t in xs], dtype=np.int64))
+        in_t=np.array([t for xs in in_lists for t in xs], dtype=np.int64), run_id=run_id)

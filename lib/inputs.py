@@ -50,12 +50,23 @@ class InputSpec:
                          self.workload_path, npz["path"] if npz else None, self.seed)
 
     def symbolic(self) -> dict[str, int]:
-        dims = dict(self.workload.get("symbolic_dims") or {})
+        where = self.workload_path or "the workload config"
+        sections = [("symbolic_dims", self.workload.get("symbolic_dims") or {})]
         if self.preset:
             presets = self.workload.get("presets") or {}
-            if self.preset not in presets:
-                raise StageError(f"unknown --preset {self.preset}: the workload file has {sorted(presets) or 'none'}")
-            dims.update(presets[self.preset])
+            if not isinstance(presets, dict) or self.preset not in presets:
+                raise StageError(f"unknown --preset {self.preset}: the workload file has "
+                                 f"{sorted(presets) if isinstance(presets, dict) and presets else 'none'}")
+            sections.append((f"presets.{self.preset}", presets[self.preset] or {}))
+        dims = {}
+        for name, section in sections:
+            if not isinstance(section, dict):
+                raise StageError(f"{where}: {name} must map dim names to integers")
+            dims.update(section)
+        bad = {k: v for k, v in dims.items() if isinstance(v, bool) or not isinstance(v, int) or v < 0}
+        if bad:
+            raise StageError(f"symbolic dim values must be integers >= 0; {where} gives "
+                             + ", ".join(f"{k}={v!r}" for k, v in bad.items()))
         return dims
 
     def feed_seed(self) -> int:

@@ -627,7 +627,7 @@ def in_model_factors(model: "LatencyModel", runs: list[tuple[pd.DataFrame, pd.Da
 # ------------------------------------------------------------------ which nodes ORT fuses away
 
 def ort_node_roles(model_path: str | Path, overrides: list[str] | None = None, workload: str | Path | None = None,
-                   preset: str | None = None, *, threads: int = 0, opt_level: str = "all") -> pd.DataFrame:
+                   preset: str | None = None, *, threads: int = 0, opt_level: str = "all", graph=None) -> pd.DataFrame:
     """Per original node: attribution (kernel / fused / not_run) and fused_into, as stage 01 would record
     them, from ORT's optimized graph alone (no profiling run): the session is created with stage 01's
     options, its optimized model saved, and stage 01's attribution code (lib.profiling.latency_table) maps
@@ -639,7 +639,7 @@ def ort_node_roles(model_path: str | Path, overrides: list[str] | None = None, w
 
     from .microbench import _graph_of_path
     from .profiling import _session, latency_table
-    g = _graph_of_path(model_path, overrides, workload, preset)
+    g = graph if graph is not None else _graph_of_path(model_path, overrides, workload, preset)
     with tempfile.TemporaryDirectory(prefix="ortopt_") as tmp:
         opt_path = os.path.join(tmp, "optimized.onnx")
         sess = _session(str(model_path), "cpu", threads, opt_level, os.path.join(tmp, "prof"), opt_path)

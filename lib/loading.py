@@ -87,7 +87,7 @@ def save_graph(an: Analysis, rdir: Path, run_id: str, consts: set[str]) -> None:
         tmp.write_bytes(m.SerializeToString())
     with atomic_path(Path(rdir) / ARRAYS_FILE) as tmp:
         with open(tmp, "wb") as f:
-            graph_arrays(an.graph, consts).save(f)
+            graph_arrays(an.graph, consts, run_id).save(f)
 
 
 def checked(rdir: Path, model_path, spec: InputSpec | None = None) -> tuple[Results, InputSpec]:
@@ -111,7 +111,7 @@ def analysed_arrays(rdir: Path, model_path, spec: InputSpec | None = None) -> tu
         arrays = GraphArrays.load(path)
     except Exception:  # noqa: BLE001
         raise StageError(f"{path} is missing or unreadable: re-run 02_shapes_flops_bytes.py") from None
-    if len(arrays.names) != res.meta("metrics_meta.json")["nodes"]:
+    if arrays.run_id != res.meta("metrics_meta.json")["run_id"]:
         raise StageError(f"{path} is not from the last run of 02_shapes_flops_bytes.py: re-run it")
     return arrays, res, spec
 

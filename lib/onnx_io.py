@@ -211,11 +211,3 @@ def check_external_data(model: onnx.ModelProto, path: Path) -> None:
         if end > sizes[target]:
             raise StageError(f"{path}: tensor {t.name!r} reads bytes up to {end} of {loc!r}, which holds "
                              f"{sizes[target]}: the external data is truncated")
-
-
-def stripped_bytes(t: onnx.TensorProto) -> int | None:
-    """The payload size a stripped tensor had in the file (None when the tensor was not stripped)."""
-    if t.data_location != onnx.TensorProto.EXTERNAL:
-        return None
-    ext = {e.key: e.value for e in t.external_data}
-    return int(ext["length"]) if ext.get("location") == STRIPPED and "length" in ext else None

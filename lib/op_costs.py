@@ -16,9 +16,9 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from onnx import helper
 
 from .graph import Graph
+from .graph import attr as _attr
 
 Cost = tuple[float, float]          # (flops, macs)
 
@@ -80,13 +80,6 @@ def is_mac_op(node) -> bool:
 
 
 # ---------------------------------------------------------------- helpers
-
-def _attr(node, name, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
 
 def _shape(g: Graph, node, idx: int, outputs: bool = False):
     names = node.output if outputs else node.input
@@ -265,16 +258,6 @@ for _table, _cls in ((ELEMENTWISE, "elementwise"), (ACTIVATIONS, "activation"), 
 for _key, _k in VARIADIC.items():
     register(_key, op_class="elementwise", per_element=_k)(_per_element(_k, variadic=True))
 
-# com.microsoft contrib ops that are a standard op under another name (ORT fusions and quantization emit them)
-for _key, _of in {"com.microsoft:Gelu": "Gelu", "com.microsoft:QLinearAdd": "Add", "com.microsoft:QLinearMul": "Mul",
-                  "com.microsoft:QLinearSigmoid": "Sigmoid", "com.microsoft:QLinearLeakyRelu": "LeakyRelu",
-                  "com.microsoft:QLinearSoftmax": "Softmax", "com.microsoft:BiasAdd": "Add",
-                  "com.microsoft:QLinearConcat": "Concat", "com.microsoft:QLinearGlobalAveragePool": "GlobalAveragePool",
-                  "com.microsoft:QLinearAveragePool": "AveragePool"}.items():
-    if _of in REGISTRY:
-        alias(_key, _of)
-
-
 @register("LRN", op_class="norm")
 def lrn(node, g: Graph):
     n = _out_numel(node, g)
@@ -331,6 +314,15 @@ def control_flow(node, g: Graph):
     """Cost of the body that runs (lib/control_flow.py decides which branch, how many iterations)."""
     from .control_flow import control_flow_cost
     return control_flow_cost(node, g)
+
+
+# com.microsoft contrib ops that are a standard op under another name (ORT fusions and quantization emit them)
+for _key, _of in {"com.microsoft:Gelu": "Gelu", "com.microsoft:QLinearAdd": "Add", "com.microsoft:QLinearMul": "Mul",
+                  "com.microsoft:QLinearSigmoid": "Sigmoid", "com.microsoft:QLinearLeakyRelu": "LeakyRelu",
+                  "com.microsoft:QLinearSoftmax": "Softmax", "com.microsoft:BiasAdd": "Add",
+                  "com.microsoft:QLinearConcat": "Concat", "com.microsoft:QLinearGlobalAveragePool": "GlobalAveragePool",
+                  "com.microsoft:QLinearAveragePool": "AveragePool"}.items():
+    alias(_key, _of)
 
 
 def markdown_table() -> str:

@@ -31,7 +31,6 @@ SECTIONS = [("summary", "Summary"), ("time", "Where the time goes"), ("roofline"
 # stamped meta files (run id + identity) a report may combine; metrics_meta.json (stage 02) is required
 METAS = ["metrics_meta.json", "profile_meta.json", "merge_meta.json", "critical_path_meta.json", "energy_meta.json",
          "workload_profile.json", "split_summary.json", "split_model.json", "validation_report.json"]
-PRODUCERS = {**PRODUCER, "split_summary.json": "07_split_candidates.py", "split_model.json": "07_split_candidates.py"}
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 
@@ -140,7 +139,7 @@ class Artifacts:
         return self._csv[name]
 
     def missing(self, name: str) -> str:
-        return f"{name} is missing: run {PRODUCERS.get(name, 'its stage')} (make all runs every stage)"
+        return f"{name} is missing: run {PRODUCER.get(name, 'its stage')} (make all runs every stage)"
 
 
 def _fig_html(fig, div_id: str) -> str:

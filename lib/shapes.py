@@ -29,6 +29,8 @@ from onnx import helper, numpy_helper, shape_inference
 
 from .errors import StageError
 from .graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS
+from .graph import attr as _a
+from .graph import outer_reads
 
 EXECUTE_MAX_FILE_BYTES = 1_800_000_000    # a single protobuf holds < 2 GB: bigger models are not executed
 EXECUTE_TIMEOUT_S = 60                    # the one run of the last resort; longer is reported, not waited for
@@ -79,13 +81,6 @@ def _ort_symbolic(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 # ---------------------------------------------------------------- static value propagation
 
-def _a(node, name, default=None):
-    for at in node.attribute:
-        if at.name == name:
-            return helper.get_attribute_value(at)
-    return default
-
-
 def _slice(x, starts, ends, axes=None, steps=None):
     axes = list(range(len(starts))) if axes is None else [int(a) for a in axes]
     steps = [1] * len(starts) if steps is None else steps
@@ -115,10 +110,25 @@ BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Equal": np.equ
 PROPAGATE_MAX_ELEMENTS = 1 << 18     # values propagated through shape arithmetic (index tables of attention)
 
 
+def _made_elements(op: str, ins: list) -> int:
+    """Elements the ops that build tensors from a shape would allocate (0 for the others): checked before
+    evaluating, so that a ConstantOfShape of a huge shape is not built only to be dropped."""
+    if op in ("ConstantOfShape", "Expand") and len(ins) >= 1:
+        shape = ins[0] if op == "ConstantOfShape" else np.broadcast_shapes(np.shape(ins[0]), tuple(int(d) for d in ins[1]))
+        return math.prod(int(d) for d in np.ravel(shape)) if op == "ConstantOfShape" else math.prod(shape)
+    if op == "Tile" and len(ins) == 2:
+        return int(np.size(ins[0])) * math.prod(int(r) for r in np.ravel(ins[1]))
+    if op == "Range" and len(ins) == 3 and float(ins[2]) != 0:
+        return max(0, math.ceil((float(ins[1]) - float(ins[0])) / float(ins[2])))
+    return 0
+
+
 def _eval(node, ins: list, shapes: dict):
     """Outputs of one node from known input values (numpy; onnx's reference for the ops not listed here)."""
     op = node.op_type
     x = ins[0] if ins else None
+    if _made_elements(op, ins) > PROPAGATE_MAX_ELEMENTS:
+        raise ValueError("too large to propagate")
     if op == "Shape":
         s = np.array(shapes, dtype=np.int64)
         return [s[_a(node, "start", 0):_a(node, "end", None)]]
@@ -160,11 +170,14 @@ def _reference(node, ins: list):
     return ReferenceEvaluator(node).run(None, feeds)
 
 
-def propagate_values(model: onnx.ModelProto, shapes: dict[str, list[int]], values: dict[str, np.ndarray]) -> dict:
-    """Values of small tensors computable from constants and known shapes (shape arithmetic)."""
-    new = {}
-    for node in model.graph.node:
-        if node.op_type in CONTROL_FLOW or node.op_type in RANDOM_OPS or not node.output or all(o in values for o in node.output if o):
+def propagate_values(model: onnx.ModelProto, shapes: dict[str, list[int]], values: dict[str, np.ndarray],
+                     given_up: set | None = None) -> dict:
+    """Values of small tensors computable from constants and known shapes (shape arithmetic). Nodes that
+    failed or were too large go in `given_up` (their inputs do not change between rounds: not tried again)."""
+    new, given_up = {}, set() if given_up is None else given_up
+    for k, node in enumerate(model.graph.node):
+        if node.op_type in CONTROL_FLOW or node.op_type in RANDOM_OPS or not node.output or k in given_up \
+                or all(o in values for o in node.output if o):
             continue
         ins = [t for t in node.input]
         if node.op_type in ("Shape", "Size"):
@@ -180,11 +193,14 @@ def propagate_values(model: onnx.ModelProto, shapes: dict[str, list[int]], value
         try:
             outs = _eval(node, args, shp)
         except Exception:  # noqa: BLE001 - values we cannot evaluate stay unknown
-            outs = None
+            given_up.add(k)
+            continue
         for name, v in zip(node.output, outs or []):
             v = np.asarray(v)
             if name and v.size <= PROPAGATE_MAX_ELEMENTS:
                 values[name] = new[name] = v
+            elif name:
+                given_up.add(k)
     return new
 
 
@@ -297,13 +313,8 @@ def _wanted(model: onnx.ModelProto, other: set[str]) -> list[str]:
     unused Dropout mask, is never computed), not Constant outputs, not sequence typed."""
     g = model.graph
     used = {t for n in g.node for t in n.input} | {o.name for o in g.output}
-    used |= {t for n in g.node if n.op_type in CONTROL_FLOW for t in _outer(n)}
+    used |= {t for n in g.node if n.op_type in CONTROL_FLOW for t in outer_reads(n)}
     return [o for n in g.node if n.op_type != "Constant" for o in n.output if o and o not in other and o in used]
-
-
-def _outer(node) -> list[str]:
-    from .graph import outer_reads
-    return outer_reads(node)
 
 
 def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4) -> Inferred:
@@ -344,7 +355,7 @@ def _taken_branches(model, full_fn, feeds_fn, tensors, source, values, depth: in
     """Shapes inside the If branches these inputs take: the branches are inlined into a copy of the graph and
     the chain runs on it (the tensors of a body keep their names: ONNX names are unique across scopes)."""
     inlined = _inline_taken(model, values)
-    if inlined is None or depth == 0:
+    if inlined is None or depth == 0 or _already_shaped(model, inlined, tensors, values):
         return
     sub = infer(inlined, lambda: _inline_taken(full_fn(), values), feeds_fn, depth - 1)
     for t, info in sub.tensors.items():
@@ -353,6 +364,15 @@ def _taken_branches(model, full_fn, feeds_fn, tensors, source, values, depth: in
             source[t] = sub.source.get(t, "onnx")
     for t, v in sub.values.items():
         values.setdefault(t, v)
+
+
+def _already_shaped(model, inlined, tensors, values) -> bool:
+    """Nothing to gain from running the chain on the inlined graph: every tensor has a shape already and the
+    taken branches hold no control flow of their own (whose bodies only that run would reach)."""
+    n_cf = lambda m: sum(n.op_type in CONTROL_FLOW for n in m.graph.node)  # noqa: E731
+    taken = sum(n.op_type == "If" and bool(n.input) and n.input[0] in values for n in model.graph.node)
+    return n_cf(inlined) == n_cf(model) - taken and all(
+        o in tensors and tensors[o].shape is not None for n in inlined.graph.node for o in n.output if o)
 
 
 def _inline_taken(model: onnx.ModelProto, values: dict) -> onnx.ModelProto | None:
@@ -389,9 +409,10 @@ def _propagate(model, tensors, values, add, rounds: int = 64) -> None:
     """Rounds of value propagation and onnx inference on the folded graph, while they find new shapes (each
     round gets one more Shape -> arithmetic -> Reshape -> Shape link further down the graph)."""
     cache: dict = {}
+    given_up: set = set()
     for _ in range(rounds):
         shapes = {n: t.shape for n, t in tensors.items() if t.shape is not None}
-        if not propagate_values(model, shapes, values):
+        if not propagate_values(model, shapes, values, given_up):
             return
         try:
             m3 = _onnx_infer(_fold(model, values, cache, tensors))

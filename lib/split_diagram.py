@@ -176,7 +176,7 @@ def _matplotlib(g: Graph, b: int, cut: list[str], out_dir: Path, hops: int) -> l
         box[key] = ax.text(x, y, text, ha="center", va="center", fontsize=6.5, zorder=3,
                            bbox={"boxstyle": "round,pad=0.35", "fc": fc, "ec": "red" if key[0] == "t" else "gray"})
     ax.set_xlim(-0.75, 2.75)
-    ax.set_ylim(min(y for _, y in pos.values()) - 0.7, 0.9)
+    ax.set_ylim(min((y for _, y in pos.values()), default=0.0) - 0.7, 0.9)
     ax.axis("off")
     fig.canvas.draw()       # sizes the boxes (limits fixed first): the arrows below are anchored on their edges
     in_left = set(left)

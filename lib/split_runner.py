@@ -115,7 +115,8 @@ def choose_inputs(a, meta, full):
         npz = str(HERE / meta["inputs_npz"])
     if npz:
         return load_npz(npz, full), npz
-    return make_inputs(full, meta, 0 if a.seed is None else a.seed, parse_overrides(a.shape_override)), None
+    a.seed = meta.get("seed", 0) if a.seed is None else a.seed
+    return make_inputs(full, meta, a.seed, parse_overrides(a.shape_override)), None
 
 
 def median_us(fn, runs):
@@ -165,7 +166,7 @@ def parse_args():
     p.add_argument("--provider", choices=sorted(PROVIDERS), default="cpu")
     p.add_argument("--runs", type=int, default=10, help="timed runs of each model (default 10)")
     p.add_argument("--seed", type=int, default=None, help="seed of random inputs (default: inputs.npz when the "
-                   "folder has one, else random inputs with seed 0)")
+                   "folder has one, else random inputs with split_meta.json's seed)")
     p.add_argument("--inputs-npz", help="feed these arrays instead of random ones")
     p.add_argument("--save-inputs-npz", help="save the inputs used to this .npz")
     p.add_argument("--dump-interface", choices=["right", "left", "min", "either"], help="save the split interface as NPZ")
@@ -224,7 +225,7 @@ def main():
     report, mid, feed2 = run_check(a, full, p1, p2, feeds, npz)
     if a.dump_interface:
         dump_interface(a, meta, [o.name for o in p1.get_outputs()], mid, feed2)
-    report = {"boundary": meta["boundary"], "provider": a.provider, "inputs": npz or f"random (seed {a.seed or 0})",
+    report = {"boundary": meta["boundary"], "provider": a.provider, "inputs": npz or f"random (seed {a.seed})",
               **report}
     tmp = a.report + ".tmp"
     Path(tmp).write_text(json.dumps(report, indent=2) + "\n")

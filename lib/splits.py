@@ -18,6 +18,7 @@ import pandas as pd
 
 from .artifacts import atomic_path
 from .errors import StageError
+from .provenance import same_inputs
 from .roofline import known_or_zero, node_bytes
 
 # pruning rules that depend on what the what-if panel changes (device and link figures); the others are static
@@ -37,6 +38,20 @@ def device_factors(prof: pd.DataFrame, device: dict) -> tuple[np.ndarray, np.nda
     n = len(prof)
     if not device.get("latency_model"):
         return np.ones(n), np.ones(n), np.zeros(n)
+    key = json.dumps(device, sort_keys=True, default=str)
+    if _FACTORS.get("prof") is not prof:          # one table at a time: 07 asks for each device three times
+        _FACTORS.clear()
+        _FACTORS["prof"] = prof
+    if key not in _FACTORS:
+        _FACTORS[key] = _model_factors(prof, device)
+    return _FACTORS[key]
+
+
+_FACTORS: dict = {}
+
+
+def _model_factors(prof: pd.DataFrame, device: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = len(prof)
     from .latency_model import model_for_device
     lm = model_for_device(device, device["latency_model"])
     att = prof["attribution"].fillna("").astype(str) if "attribution" in prof else pd.Series([""] * n)
@@ -126,7 +141,7 @@ def baselines(prof: pd.DataFrame, latency: np.ndarray | None, system: dict) -> d
     out = {}
     for key in ("A", "B"):
         dev = system["devices"][key]
-        t = float(np.cumsum(device_times(prof, latency, dev))[-1])
+        t = float(np.sum(device_times(prof, latency, dev)))
         k = key.lower()
         out[f"all_on_{k}_us"] = t
         out[f"all_on_{k}_energy_j"] = float(dev["power_w"]) * t * 1e-6
@@ -198,9 +213,9 @@ def prune_and_rank(df: pd.DataFrame, system: dict, feasibility: dict[int, str] |
     df["pareto_layer"] = pareto_layers(df["est_latency_us"].to_numpy(float), df["est_energy_j"].to_numpy(float), ok)
     order = ranking_order(df, r.get("by", "score"))
     df["rank"] = _rank(df, order, int(r.get("dedup_window", 0)), reasons)
-    df["pruned"] = [bool(x) for x in reasons.items]
-    df["reason"] = reasons.texts()
-    df["pruned_by"] = reasons.codes()
+    df["pruned"] = pd.Series([bool(x) for x in reasons.items], index=df.index, dtype=bool)
+    df["reason"] = pd.Series(reasons.texts(), index=df.index, dtype=str)
+    df["pruned_by"] = pd.Series(reasons.codes(), index=df.index, dtype=str)
     return df
 
 
@@ -261,10 +276,23 @@ def _rank(df: pd.DataFrame, order: np.ndarray, window: int, reasons: Reasons) ->
     return rank
 
 
-def feasibility_reasons(path, arch: str) -> dict[int, str]:
-    """Boundaries whose partition the Hailo check (stage 10) rejected for `arch` -> the pruning reason."""
+HAILO_META = "hailo_meta.json"
+
+
+def feasibility_reasons(path, arch: str, mine: dict) -> dict[int, str]:
+    """Boundaries whose partition the Hailo check (stage 10) rejected for `arch` -> the pruning reason; the
+    check must be of this model and input spec (hailo_meta.json next to the CSV says)."""
     if not os.path.exists(path):
         raise StageError(f"--feasibility {path} not found: run 10_hailo_parse.py first")
+    meta_path = os.path.join(os.path.dirname(os.path.abspath(path)), HAILO_META)
+    try:
+        with open(meta_path) as f:
+            ident = json.load(f)["identity"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise StageError(f"--feasibility {path} has no readable {HAILO_META} beside it: re-run 10_hailo_parse.py") from None
+    sha = lambda i: (i.get("model") or {}).get("graph_sha256")  # noqa: E731
+    if sha(ident) != sha(mine) or not same_inputs(ident.get("inputs"), mine.get("inputs")):
+        raise StageError(f"--feasibility {path} is the Hailo check of another model or input spec: re-run 10_hailo_parse.py")
     df = pd.read_csv(path, keep_default_na=False, dtype=str)
     missing = {"boundary", "arch", "status", "source", "op", "node"} - set(df.columns)
     if missing:
@@ -321,7 +349,9 @@ PARETO_COLUMNS = ["front", "boundary", "after_node", "after_layer", "comm_bytes"
 
 
 def pareto_table(df: pd.DataFrame) -> pd.DataFrame:
-    ok = df[~df["pruned"]]
+    ok = df[~df["pruned"].astype(bool)]
+    if ok.empty:
+        return pd.DataFrame(columns=PARETO_COLUMNS)
     parts = []
     for front, xc, yc in (("comm_imbalance", "comm_bytes", "imbalance"), ("latency_energy", "est_latency_us", "est_energy_j")):
         idx = pareto_front(ok[xc].to_numpy(float), ok[yc].to_numpy(float))
@@ -380,7 +410,7 @@ def ranking_overrides(system: dict, **flags) -> dict:
 
 def pruning_summary(df: pd.DataFrame, rules: dict) -> dict:
     """candidate_pruning.json: counts per rule code and every pruned boundary with its reasons."""
-    pruned = df[df["pruned"]]
+    pruned = df[df["pruned"].astype(bool)]
     codes = pruned["pruned_by"].str.split(";").explode()
     return {"rules": rules, "boundaries": int(len(df)), "pruned": int(len(pruned)),
             "by_rule": {str(k): int(v) for k, v in codes.value_counts().items()},

@@ -86,8 +86,9 @@ def compare(rdir: str | Path, model, peaks, bw: float, roles_ort: pd.DataFrame |
     out: dict = {}
     flops = metrics["flops"].astype(float)
     from .latency_model import traffic_bytes
+    from .roofline import node_bytes
     tb, _ = traffic_bytes(metrics)
-    allb = metrics[["act_in_bytes", "act_out_bytes", "weight_bytes"]].astype(float).sum(axis=1)
+    allb = node_bytes(metrics)      # NaN where unknown; the total counts them 0 (lib/roofline.py policy)
     out["flops"] = float(np.nansum(flops))
     out["bytes"] = float(np.nansum(allb))
     out["weight_bytes"] = float(metrics["weight_bytes"].astype(float).sum())
@@ -261,8 +262,9 @@ def plot(df: pd.DataFrame, path: Path, title: str) -> None:
 def main(argv=None):
     import argparse
 
+    from . import cli
     from .artifacts import CONFIGS, results_dir, versions, write_csv, write_json
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", metavar="PATH", help="ONNX model file (required); results go to results/<model-stem>/")
     p.add_argument("--results", metavar="DIR", help="where sweep.csv and plots/sweep.png go (default: results/<model-stem>/)")
     p.add_argument("--workload", default=str(CONFIGS / "workload.yaml"), metavar="YAML",

@@ -81,6 +81,13 @@ def test_unresolved_dynamic_dims(tmp_path):
     assert r.returncode == 0, r.stderr
     assert_clean_error(run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path / "r",
                                  "--shape-override", "x=3by8"), "bad --shape-override")
+    for bad in ("symbolic_dims: {frames: -2}", "symbolic_dims: {frames: many}", "symbolic_dims: [frames]",
+                "presets: {p: {frames: 2.5}}"):
+        wl = tmp_path / "wl.yaml"
+        wl.write_text(bad + "\n")
+        err = "must map dim names" if "[" in bad else "integers >= 0"
+        assert_clean_error(run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path / "r",
+                                     "--workload", wl, *(["--preset", "p"] if "presets" in bad else [])), err)
 
 
 @pytest.mark.parametrize("stage,needs", [("03_merge_profile_metrics.py", "02_shapes_flops_bytes.py"),

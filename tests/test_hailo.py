@@ -74,6 +74,18 @@ def test_call_contract_cache_and_pruning(env, monkeypatch):
     prune = json.loads((rdir / "candidate_pruning.json").read_text())
     assert prune["feasibility"]["arch"] == "hailo8"
     assert any(c["boundary"] == 2 and c["reasons"][0].startswith("hailo") for c in prune["candidates"])
+    # a feasibility CSV without its meta, or of another model, is refused
+    other = env / "elsewhere"
+    other.mkdir()
+    (other / "hailo_feasibility.csv").write_bytes((rdir / "hailo_feasibility.csv").read_bytes())
+    args07 = ("07_split_candidates.py", "--model", model, "--results", rdir, "--feasibility", other / "hailo_feasibility.csv")
+    r = run_stage(*args07)
+    assert r.returncode == 2 and "no readable hailo_meta.json" in r.stderr, r.stderr
+    meta = json.loads((rdir / "hailo_meta.json").read_text())
+    meta["identity"]["model"]["graph_sha256"] = "0" * 64
+    (other / "hailo_meta.json").write_text(json.dumps(meta))
+    r = run_stage(*args07)
+    assert r.returncode == 2 and "another model or input spec" in r.stderr, r.stderr
 
 
 def fake_venv(root, arch, version):
@@ -141,5 +153,7 @@ def test_bad_input(env):
     model, rdir = prepared(env)
     r = run_stage("10_hailo_parse.py", "--model", model, "--results", rdir, "--boundary", "42")
     assert r.returncode == 2 and "out of range" in r.stderr and "Traceback" not in r.stderr
+    r = run_stage("10_hailo_parse.py", "--model", model, "--results", rdir, "--top-k", "0")
+    assert r.returncode == 2 and "--top-k must be >= 1" in r.stderr
     r = run_stage("07_split_candidates.py", "--model", model, "--results", rdir, "--feasibility", env / "nope.csv")
     assert r.returncode == 2 and "run 10_hailo_parse.py first" in r.stderr

@@ -280,6 +280,11 @@ def test_calibrate_skip_micro_only_touches_host(tmp_path):
                         "--host", str(host), "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert not out.exists()
+    for args, err in ((["-m", "lib.calibrate", "--host", str(tmp_path / "nope.yaml")], "not found"),
+                      (["-m", "lib.calibrate", "--passes", "many"], "invalid int value"),
+                      (["-m", "lib.sweep", "--model", str(tmp_path / "m.onnx"), "--batches", "0"], "--batches must be")):
+        r = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stderr.startswith("error:") and err in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_in_model_factors_and_device_factors_reproduce_the_prediction():

@@ -3,6 +3,7 @@ driven headless by Playwright (skipped, with the reason, when either is missing;
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,7 @@ def stages(model, rdir, profile=True, upto="11"):
             ("03_merge_profile_metrics.py", []), ("04_critical_path.py", ["--model", model]),
             ("05_energy_estimate.py", ["--model", model]), ("07_split_candidates.py", ["--model", model, *ARGS07]),
             ("08_export_splits.py", ["--model", model, "--top-k", "2", "--runs", "1", "--diagram", "matplotlib"]),
-            ("11_report.py", ["--model", model])]
+            ("11_report.py", ["--model", model, "--index", Path(rdir).parent / "index.html"])]
     for step in plan:
         if step is None:
             continue
