@@ -147,8 +147,9 @@ class _Stripper:
         return _rewrite(self.buf, s, e, {7: self.graph}) or bytes(self.buf[s:e])
 
 
-def read_light(path: str | Path) -> LightModel:
-    """The model's graph with large tensors' payloads stripped; StageError for a missing or unreadable file."""
+def read_light(path: str | Path, check_data: bool = True) -> LightModel:
+    """The model's graph with large tensors' payloads stripped; StageError for a missing or unreadable file.
+    check_data=False: external data is neither checked nor needed (a copy of the graph alone)."""
     path = Path(path)
     if not path.exists():
         raise StageError(f"model file {path} not found")
@@ -165,7 +166,8 @@ def read_light(path: str | Path) -> LightModel:
         raise StageError(f"{path} is not a readable ONNX model (corrupt or truncated?): {type(e).__name__}") from None
     if not model.HasField("graph") or not model.graph.node:
         raise StageError(f"{path} holds no graph nodes (corrupt, truncated or not an ONNX model)")
-    check_external_data(model, path)
+    if check_data:
+        check_external_data(model, path)
     return LightModel(model, path, hashlib.sha256(data).hexdigest(), size)
 
 
@@ -181,6 +183,16 @@ def all_tensors(graph: onnx.GraphProto):
                 yield from all_tensors(a.g)
             for sub in a.graphs:
                 yield from all_tensors(sub)
+
+
+def strip_external_references(model: onnx.ModelProto) -> None:
+    """Mark every external-data tensor as stripped: a graph-only copy written elsewhere must not point at data
+    files that are not beside it (ORT's optimized model keeps the original's references in If/Loop bodies)."""
+    for t in all_tensors(model.graph):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            for e in t.external_data:
+                if e.key == "location":
+                    e.value = STRIPPED
 
 
 def check_external_data(model: onnx.ModelProto, path: Path) -> None:

@@ -134,12 +134,14 @@ def _keep(trace: Path, optimized: Path, dest: Path) -> None:
     """ORT's trace, and its optimized graph with the weights' bytes stripped (lib/onnx_io.py): the graph is what
     checking the kernel-to-node mapping needs, and a copy of every weight would double the results' size."""
     from .artifacts import atomic_path
-    from .onnx_io import read_light
+    from .onnx_io import read_light, strip_external_references
     with atomic_path(dest / "ort_trace.json") as tmp:
         shutil.copyfile(trace, tmp)
     if optimized.exists():
         with atomic_path(dest / "ort_optimized.onnx") as tmp:
-            tmp.write_bytes(read_light(optimized).model.SerializeToString())
+            graph = read_light(optimized, check_data=False).model
+            strip_external_references(graph)
+            tmp.write_bytes(graph.SerializeToString())
 
 
 LAYOUT_KERNELS = {"ReorderInput", "ReorderOutput", "MemcpyFromHost", "MemcpyToHost"}

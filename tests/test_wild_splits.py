@@ -83,6 +83,20 @@ def test_if_body_reads_a_cut_tensor_and_attribution(tmp_path):
     assert r.returncode == 2 and "Input sr probably needs a real value" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_torch_cond_with_external_data_profiles_and_keeps_its_optimized_graph(tmp_path):
+    """The dynamo exporter writes the weights to <model>.onnx.data; ORT's optimized copy of the model keeps the
+    If branches' references to that file, which is not beside the copy: 01 keeps the graph alone."""
+    facts = wm.build_if_torch_cond(tmp_path / "if_torch_cond.onnx")
+    assert (tmp_path / "if_torch_cond.onnx.data").exists()          # the case this test is about
+    model, rdir = facts["path"], tmp_path / "r"
+    stage("01_profile_onnx.py", "--model", model, "--results", rdir, "--runs", "2", "--warmup", "1",
+          "--inputs-npz", facts["npz"])
+    opt = onnx.load(str(rdir / "profile" / "ort_optimized.onnx"), load_external_data=False)
+    assert any(n.op_type == "If" for n in opt.graph.node)
+    prof = json.loads((rdir / "profile_meta.json").read_text())
+    assert prof["kernel_time_coverage"] >= 0.99, prof["unattributed_kernels_us"]
+
+
 def test_random_values_that_break_the_model_name_the_input(tmp_path):
     facts = wm.build_if_value(tmp_path / "if_value.onnx")
     model, rdir = facts["path"], tmp_path / "r"
