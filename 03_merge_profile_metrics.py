@@ -11,6 +11,7 @@ uses the prediction). 01's and 02's results must belong to the same model and in
 """
 from lib import cli
 from lib.artifacts import CONFIGS, read_csv, versions, write_csv, write_json
+from lib.errors import StageError
 from lib.host import load_host
 from lib.latency_model import ort_node_roles, predict_profile
 from lib.loading import analysed
@@ -20,10 +21,18 @@ from lib.roofline import LATENCY_COLUMNS, merge, roofline
 
 def predicted(df, meta: dict, host: dict, a, metas: dict):
     """t_pred_us and the prediction's summary; without a profile, ORT's fusions from its optimized graph."""
+    fusion = "01's attribution" if meta["measured"] else "none known (no profile and no --model)"
     if not meta["measured"] and a.model:    # ORT's fusions from its optimized graph, on 02's inferred graph
-        roles = ort_node_roles(a.model, graph=analysed(a.rdir, a.model)[0].graph)
-        df[["attribution", "fused_into"]] = roles[["attribution", "fused_into"]].to_numpy()
+        graph = analysed(a.rdir, a.model)[0].graph
+        try:
+            roles = ort_node_roles(a.model, graph=graph)
+            df[["attribution", "fused_into"]] = roles[["attribution", "fused_into"]].to_numpy()
+            fusion = "ORT's optimized graph"
+        except StageError as e:     # a custom op ORT lacks: 02's costs stand, the prediction assumes no fusion
+            fusion = f"none known ({e})"
+            print(f"note: no fusion known for the prediction, every node counted: {e}")
     t, info = predict_profile(df, host, a.latency_model)
+    info["fusion_from"] = fusion
     df["t_pred_us"] = t
     session = (metas.get("profile_meta.json") or {}).get("session_latency", {}).get("median_us")
     info["measured_latency_us"] = session

@@ -18,12 +18,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .errors import StageError
-from .onnx_io import read_light
+from .onnx_io import SUB_BYTE, read_light
 
-SUB_BYTE = {TensorProto.INT4: 4, TensorProto.UINT4: 4}
-for _name in ("FLOAT4E2M1",):
-    if hasattr(TensorProto, _name):
-        SUB_BYTE[getattr(TensorProto, _name)] = 4
 RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 CONTROL_FLOW = {"If", "Loop", "Scan"}
 MAX_VALUE_ELEMENTS = 4096      # constants kept as values (shape arithmetic, conditions, trip counts)

@@ -17,7 +17,7 @@ from .artifacts import load_yaml
 from .errors import StageError
 from .graph import real_inputs
 
-MAX_INPUT_BYTES = 8 * 2**30      # random feeds bigger than this are refused (a dim of 2^31 is not a workload)
+MAX_INPUT_BYTES = 4 * 2**30      # random feeds bigger than this (all inputs together) are refused: a dim of 2^31 is not a workload
 
 
 @dataclass
@@ -205,7 +205,7 @@ def make_feeds(model: onnx.ModelProto, shapes: dict[str, list[int]], spec: Input
     if arrays is not None:
         return {i.name: arrays[i.name] for i in real_inputs(model)}
     rng = np.random.default_rng(spec.feed_seed())
-    feeds = {}
+    feeds, total = {}, 0
     for inp in real_inputs(model):
         et = inp.type.tensor_type.elem_type
         try:
@@ -213,19 +213,28 @@ def make_feeds(model: onnx.ModelProto, shapes: dict[str, list[int]], spec: Input
         except Exception:  # noqa: BLE001 - an element type onnx does not know
             raise StageError(f"input {inp.name} has unknown element type {et}: pass --inputs-npz") from None
         shape = shapes[inp.name]
-        if int(np.prod(shape, dtype=object)) * dtype.itemsize > MAX_INPUT_BYTES:
-            raise StageError(f"input {inp.name} of shape {'x'.join(map(str, shape))} needs more than "
-                             f"{MAX_INPUT_BYTES >> 30} GiB: give a smaller --shape-override")
-        if np.issubdtype(dtype, np.floating):
-            arr = rng.standard_normal(shape).astype(dtype)
-        elif dtype == np.bool_:
-            arr = rng.integers(0, 2, shape).astype(bool)
-        elif np.issubdtype(dtype, np.integer):
-            arr = rng.integers(0, 2, shape).astype(dtype)  # small ids/masks are valid for any vocabulary
-        else:
-            raise StageError(f"input {inp.name} has element type {dtype}: pass --inputs-npz")
+        # random values are drawn in 64 bits, then cast: that temporary counts too
+        total += int(np.prod(shape, dtype=object)) * max(dtype.itemsize, 8)
+        if total > MAX_INPUT_BYTES:
+            raise StageError(f"input {inp.name} of shape {'x'.join(map(str, shape))}: random inputs would need more "
+                             f"than {MAX_INPUT_BYTES >> 30} GiB: give a smaller --shape-override")
+        try:
+            arr = _random_array(rng, shape, dtype, inp.name)
+        except MemoryError:
+            raise StageError(f"input {inp.name} of shape {'x'.join(map(str, shape))} does not fit in memory: "
+                             "give a smaller --shape-override") from None
         feeds[inp.name] = arr
     return feeds
+
+
+def _random_array(rng: np.random.Generator, shape: list[int], dtype: np.dtype, name: str) -> np.ndarray:
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(0, 2, shape).astype(dtype)  # small ids/masks are valid for any vocabulary
+    raise StageError(f"input {name} has element type {dtype}: pass --inputs-npz")
 
 
 def value_hint(model: onnx.ModelProto, spec: InputSpec) -> str:

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .control_flow import cost_note
+from .errors import StageError
 from .graph import CONTROL_FLOW, Graph, constant_tensors, dtype_name, shape_tensors
 from .op_costs import SHAPE_OPS, lookup, op_key
 
@@ -111,7 +112,25 @@ def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
             # integer MACs stay MACs: the element type they are done in (the weight operand's)
             _mac_dtype(n, g) if cost is not None and macs > 0 else "",
             source[pos], cost_note(n, g) if n.op_type in CONTROL_FLOW else "", layers[pos]))
-    return pd.DataFrame.from_records(rows, columns=METRIC_COLUMNS)
+    df = pd.DataFrame.from_records(rows, columns=METRIC_COLUMNS)
+    _refuse_unreal(df)
+    return df
+
+
+EXACT_MAX = 2**53        # figures past this are not exact in float64 (pandas, CSV): no real model's node is near it
+
+
+def _refuse_unreal(df: pd.DataFrame) -> None:
+    """StageError for a node whose bytes or operations are past EXACT_MAX: shape values computed in the graph
+    (a Reshape to 2^40 x 2^40) that no real model has; the figures would be wrong."""
+    cols = ["flops", "macs", "act_in_bytes", "act_out_bytes", "weight_bytes"]
+    over = df[cols].to_numpy(float) > EXACT_MAX
+    rows = np.flatnonzero(over.any(axis=1))
+    if rows.size:
+        k = int(rows[0])
+        c = cols[int(np.argmax(over[k]))]
+        raise StageError(f"node {df['node'].iat[k]} ({df['op_type'].iat[k]}): {c} = {float(df[c].iat[k]):.3g}, beyond any "
+                         f"real model (output shapes {df['out_shapes'].iat[k]}): check the shape values the graph computes")
 
 
 def _layers(g: Graph) -> list[str]:

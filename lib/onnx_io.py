@@ -13,11 +13,13 @@ small constants, weight names and dims), not with the weights' values.
 from __future__ import annotations
 
 import hashlib
+import math
 import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from .errors import StageError
@@ -26,6 +28,8 @@ STRIPPED = "<nn-perf: stripped inline data>"
 KEEP_BYTES = 64 * 1024          # tensors up to this size keep their data
 BIG_MESSAGE = 4 * 1024          # nodes / attributes smaller than this cannot hold a tensor worth stripping
 PAYLOAD_FIELDS = {3, 4, 5, 6, 7, 9, 10, 11}   # TensorProto: segment, *_data, raw_data
+SUB_BYTE = {getattr(onnx.TensorProto, name): bits for name, bits in
+            (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2)) if hasattr(onnx.TensorProto, name)}
 
 
 @dataclass
@@ -223,3 +227,19 @@ def check_external_data(model: onnx.ModelProto, path: Path) -> None:
         if end > sizes[target]:
             raise StageError(f"{path}: tensor {t.name!r} reads bytes up to {end} of {loc!r}, which holds "
                              f"{sizes[target]}: the external data is truncated")
+        need = _payload_bytes(t)
+        have = int(ext.get("length") or 0) or sizes[target] - int(ext.get("offset", 0) or 0)
+        if need is not None and need > have:
+            raise StageError(f"{path}: tensor {t.name!r} of dims {list(t.dims)} needs {need} bytes, its external "
+                             f"data holds {have}")
+
+
+def _payload_bytes(t: onnx.TensorProto) -> int | None:
+    """Bytes the dims say a tensor holds (None for strings, sub-byte and unknown types)."""
+    try:
+        size = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+    except Exception:  # noqa: BLE001
+        return None
+    if t.data_type == onnx.TensorProto.STRING or t.data_type in SUB_BYTE:
+        return None
+    return math.prod(t.dims) * size

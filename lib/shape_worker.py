@@ -1,6 +1,7 @@
 """Run a model once with ONNX Runtime and report the shapes (and small integer values) of its outputs.
 
     python shape_worker.py PROBE.onnx FEEDS.npz OUT_DIR
+    python shape_worker.py PROBE.onnx -            (does ONNX Runtime load it? exit 0, or 3 and its reason)
 
 A separate process on purpose (lib/shapes.py's last resort): the run can be killed when it takes too long (a
 Loop whose trip count comes from the inputs may run for ever), and a model that blows up memory takes only
@@ -14,13 +15,20 @@ import numpy as np
 MAX_VALUE_ELEMENTS = 4096
 
 
-def main(probe: str, feeds_path: str, out_dir: str) -> int:
+def main(probe: str, feeds_path: str, out_dir: str = "") -> int:
     import onnx
     import onnxruntime as ort
     ort.set_default_logger_severity(4)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 4
+    if feeds_path == "-":
+        try:
+            ort.InferenceSession(probe, so, providers=["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001 - reported to the parent as one line
+            print(" ".join(str(e).split())[:300], file=sys.stderr)
+            return 3
+        return 0
     with np.load(feeds_path, allow_pickle=False) as f:
         feeds = {k: f[k] for k in f.files}
     try:

@@ -17,6 +17,7 @@ import importlib.util
 import json
 import logging
 import math
+import re
 import subprocess
 import sys
 import tempfile
@@ -55,11 +56,38 @@ def _onnx_infer(model: onnx.ModelProto) -> onnx.ModelProto:
         raise StageError(f"ONNX shape inference rejects the model: {msg}") from None
 
 
+ORT_SYMBOLIC_MAX_NESTING = 4   # ORT's symbolic inference re-infers every branch per level: exponential in depth
+
+
+def _nesting_depth(g: onnx.GraphProto) -> int:
+    """How deep control-flow bodies nest (0: none)."""
+    subs = [sub for n in g.node for a in n.attribute
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
+    return 1 + max(map(_nesting_depth, subs)) if subs else 0
+
+
+def _checked_infer(model: onnx.ModelProto, full_fn) -> onnx.ModelProto:
+    """onnx's inference in strict mode; where it finds an error (a type or attribute an op cannot take), the
+    model is refused when ONNX Runtime refuses to load it too, else (an export that is not checker-clean but
+    runs) analysed with the lenient inference."""
+    try:
+        return shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as e:  # noqa: BLE001
+        strict = " ".join(str(e).split())[:300]
+    lenient = _onnx_infer(model)
+    refused = ort_refusal(full_fn())
+    if refused:
+        raise StageError(f"the model is invalid: {strict} (ONNX Runtime refuses it too: {refused[:200]})")
+    return lenient
+
+
 def _ort_symbolic(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """ORT's SymbolicShapeInference driven here: its own infer_shapes() saves a file into the working directory
     and raises when shapes remain; we keep the partial result instead. Loaded from its file: importing
     onnxruntime.tools imports torch (about 550 MB of resident memory for nothing)."""
     if not any(o.domain in ("", "ai.onnx") and o.version >= 7 for o in model.opset_import):
+        return None
+    if _nesting_depth(model.graph) > ORT_SYMBOLIC_MAX_NESTING:
         return None
     spec = importlib.util.find_spec("onnxruntime")
     path = Path(spec.origin).parent / "tools" / "symbolic_shape_infer.py"
@@ -275,6 +303,21 @@ def execute(full: onnx.ModelProto, feeds: dict, want: list[str], timeout_s: floa
     return shapes, vals
 
 
+def ort_refusal(full: onnx.ModelProto, timeout_s: float = EXECUTE_TIMEOUT_S) -> str | None:
+    """Why ONNX Runtime refuses to load the model (None when it loads), in a separate process (lib/shape_worker.py)."""
+    with tempfile.TemporaryDirectory(prefix="nnperf_load_") as tmp:
+        probe = Path(tmp) / "probe.onnx"
+        probe.write_bytes(full.SerializeToString())
+        try:
+            r = subprocess.run([sys.executable, str(Path(__file__).with_name("shape_worker.py")), str(probe), "-"],
+                               capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+    if r.returncode != 3:           # loaded, or the worker died (memory): no verdict
+        return None
+    return re.sub(r"Load model from \S+ failed: ?", "", (r.stderr.strip().splitlines() or ["no reason given"])[-1])
+
+
 class ExecutionFailed(Exception):
     pass
 
@@ -321,7 +364,7 @@ def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4) -> Inferred
     """Run the chain on a model whose inputs are fixed. For the execution step only: full_fn() gives the model
     with its weights, feeds_fn() its inputs."""
     from .graph import TensorInfo, _small_values
-    m1 = _onnx_infer(model)
+    m1 = _checked_infer(model, full_fn)
     tensors, other = _parse(m1)
     want = _wanted(m1, other)
     missing = lambda: [t for t in want if t not in tensors or tensors[t].shape is None]  # noqa: E731

@@ -173,14 +173,15 @@ def _check_schema(node, ins: list[str], outs: list[str], opsets: dict, types: di
 
 
 def _check_bodies(node, given: dict, n_out: int, label) -> None:
-    """If branches with as many outputs as the node; a Loop body with 2 + N inputs and 1 + N + K outputs."""
+    """If branches with as many outputs as the node; a Loop body with 2 + N inputs and 1 + N + K outputs for
+    the node's N + K."""
     if node.op_type == "If":
         for b in ("then_branch", "else_branch"):
             if b in given and len(given[b].g.output) != n_out:
                 raise StageError(f"{label()}: {b} has {len(given[b].g.output)} outputs, the If has {n_out}")
     elif node.op_type == "Loop" and "body" in given:
         body, carried = given["body"].g, len(node.input) - 2
-        if len(body.input) != 2 + carried or len(body.output) < 1 + carried or n_out < carried:
+        if len(body.input) != 2 + carried or len(body.output) != 1 + n_out or n_out < carried:
             raise StageError(f"{label()}: its body has {len(body.input)} inputs and {len(body.output)} outputs for "
                              f"{carried} loop-carried values")
 
