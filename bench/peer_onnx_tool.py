@@ -10,7 +10,8 @@ MACs per op type on the same model files.
 Per model, each measured as its own process under /usr/bin/time -v (wall = median of --repeats runs, peak RSS
 = median of the runs' "Maximum resident set size"), the runs of the three interleaved:
   - this project: `02_shapes_flops_bytes.py --model M --results <tmp>` (+ `--preset llm-128` for the Hugging
-    Face exports); on the synthetic graphs also `07_split_candidates.py` after it, reported apart and summed;
+    Face exports); on the synthetic graphs also `03_merge_profile_metrics.py` and `07_split_candidates.py` after it
+    (07 reads 03's table; "07" below is 03 + 07), reported apart and summed;
   - onnx-tool: the body of `onnx_tool.model_profile` (load, reorder, shape_infer, profile, per-node CSV),
     inlined in a small driver so that its phases are timed too, run in its own venv bench/.venv-onnx-tool
     (created on first use, pinned below; never a project dependency); killed after --peer-timeout seconds;
@@ -246,11 +247,16 @@ def measure_model(name: str, path: Path, a, peer_ok: bool, tmp: Path) -> dict:
         if run["rc"] != 0:
             print(f"  stage 02 failed: {last_line(run['stderr'])}", flush=True)
         elif spec.get("synthetic"):
+            # 07 reads 03's ops_profile.csv: 03 (roofline and prediction, no profile) is timed with it
+            r03 = timed([PY, str(proj / "03_merge_profile_metrics.py"), "--results", str(res)], cwd=proj)
             run = timed([PY, str(proj / "07_split_candidates.py"), "--model", str(path), "--results", str(res),
-                         *extra], cwd=proj)
+                         *extra], cwd=proj) if r03["rc"] == 0 else r03
+            if run is not r03:
+                run = {**run, "wall_s": run["wall_s"] + r03["wall_s"],
+                       "rss_mib": max(x for x in (run["rss_mib"], r03["rss_mib"], 0) if x is not None)}
             rec["s07"].append(_brief(run))
             if run["rc"] != 0:
-                print(f"  stage 07 failed: {last_line(run['stderr'])}", flush=True)
+                print(f"  stage 03/07 failed: {last_line(run['stderr'])}", flush=True)
         if not peer_dead:
             run = timed([str(PEER_PY), str(drv), str(path), str(peer_csv), json.dumps(spec.get("feeds", {}))],
                         timeout=a.peer_timeout)

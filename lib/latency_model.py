@@ -120,7 +120,7 @@ def peak_per_row(df: pd.DataFrame, peak_flops_per_s) -> np.ndarray:
     mac = df["mac_dtype"] if "mac_dtype" in df else pd.Series([""] * len(df), index=df.index)
     dt = df["dtype"] if "dtype" in df else pd.Series(["default"] * len(df), index=df.index)
     out = []
-    for m, d in zip(mac, dt):
+    for m, d in zip(mac.tolist(), dt.tolist()):
         k = m if isinstance(m, str) and m and m in table else d
         out.append(float(table.get(k, table["default"])))
     return np.asarray(out)
@@ -193,7 +193,9 @@ class LatencyModel:
         ops = df["op_type"] if "op_type" in df else pd.Series([""] * n, index=df.index)
         mac = df["mac_dtype"] if "mac_dtype" in df else pd.Series([""] * n, index=df.index)
         anchor = anchors_of(df, fused_into)
-        keys = np.array([self.resolve(c, o, m, a) for c, o, m, a in zip(cls, ops, mac, anchor)], dtype=object)
+        memo: dict = {}              # a few distinct (class, op, dtype, anchor) among up to 200k rows
+        keys = np.array([memo[r] if r in memo else memo.setdefault(r, self.resolve(*r))
+                         for r in zip(cls.tolist(), ops.tolist(), mac.tolist(), list(anchor))], dtype=object)
         tc = np.zeros(n)
         tm = np.zeros(n)
         ov = np.zeros(n)
@@ -204,7 +206,7 @@ class LatencyModel:
             ov[idx] = p["overhead_us"]
         # in a whole model an op class runs slower than alone in a micro-benchmark (cold caches, masks, small
         # batched shapes): the factors fitted on calibration models (never the model predicted)
-        f = np.array([self.in_model.get(c, 1.0) for c in cls], dtype=float)
+        f = np.array([self.in_model.get(c, 1.0) for c in cls.tolist()], dtype=float)
         tc, tm, ov = tc * f, tm * f, ov * f
         t = ov + np.maximum(tc, tm)
         if include_dispatch:
