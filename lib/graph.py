@@ -18,7 +18,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .errors import StageError
-from .onnx_io import SUB_BYTE, read_light
+from .onnx_io import SUB_BYTE, attribute_subgraphs, elem_size, read_light  # noqa: F401 - elem_size re-exported
 
 RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 CONTROL_FLOW = {"If", "Loop", "Scan"}
@@ -28,17 +28,6 @@ MAX_VALUE_ELEMENTS = 4096      # constants kept as values (shape arithmetic, con
 def load_model(path) -> onnx.ModelProto:
     """The model's graph, weights' payloads not read (lib/onnx_io.py)."""
     return read_light(path).model
-
-
-@functools.cache
-def elem_size(elem_type: int) -> int | None:
-    """Bytes per element of an ONNX element type (None for strings, sub-byte and unknown types)."""
-    if elem_type in (TensorProto.STRING, TensorProto.UNDEFINED) or elem_type in SUB_BYTE:
-        return None
-    try:
-        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).itemsize
-    except Exception:  # noqa: BLE001 - unknown enum values
-        return None
 
 
 @functools.cache
@@ -268,7 +257,7 @@ def outer_reads(node: onnx.NodeProto) -> list[str]:
     """Tensors a control-flow node's subgraphs read from the enclosing scope (their implicit inputs)."""
     out: dict[str, None] = {}          # ordered, O(1) membership
     for a in node.attribute:
-        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+        for sub in attribute_subgraphs(a):
             local = {i.name for i in sub.input} | {t.name for t in sub.initializer}
             for n in sub.node:
                 out.update((t, None) for t in list(n.input) + outer_reads(n) if t and t not in local)

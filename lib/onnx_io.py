@@ -12,6 +12,7 @@ small constants, weight names and dims), not with the weights' values.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import mmap
@@ -175,6 +176,24 @@ def read_light(path: str | Path, check_data: bool = True) -> LightModel:
     return LightModel(model, path, hashlib.sha256(data).hexdigest(), size)
 
 
+def attribute_subgraphs(a: onnx.AttributeProto) -> list[onnx.GraphProto]:
+    """The bodies an attribute holds (an If branch, a Loop/Scan body): [] for other attributes."""
+    if a.type == onnx.AttributeProto.GRAPH:
+        return [a.g]
+    return list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []
+
+
+@functools.cache
+def elem_size(elem_type: int) -> int | None:
+    """Bytes per element of an ONNX element type (None for strings, sub-byte and unknown types)."""
+    if elem_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED) or elem_type in SUB_BYTE:
+        return None
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize
+    except Exception:  # noqa: BLE001 - unknown enum values
+        return None
+
+
 def all_tensors(graph: onnx.GraphProto):
     """Every TensorProto of a graph: initializers and Constant/attribute tensors, in subgraphs too."""
     yield from graph.initializer
@@ -227,19 +246,10 @@ def check_external_data(model: onnx.ModelProto, path: Path) -> None:
         if end > sizes[target]:
             raise StageError(f"{path}: tensor {t.name!r} reads bytes up to {end} of {loc!r}, which holds "
                              f"{sizes[target]}: the external data is truncated")
-        need = _payload_bytes(t)
+        size = elem_size(t.data_type)
+        need = None if size is None else math.prod(t.dims) * size
         have = int(ext.get("length") or 0) or sizes[target] - int(ext.get("offset", 0) or 0)
         if need is not None and need > have:
             raise StageError(f"{path}: tensor {t.name!r} of dims {list(t.dims)} needs {need} bytes, its external "
                              f"data holds {have}")
 
-
-def _payload_bytes(t: onnx.TensorProto) -> int | None:
-    """Bytes the dims say a tensor holds (None for strings, sub-byte and unknown types)."""
-    try:
-        size = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
-    except Exception:  # noqa: BLE001
-        return None
-    if t.data_type == onnx.TensorProto.STRING or t.data_type in SUB_BYTE:
-        return None
-    return math.prod(t.dims) * size

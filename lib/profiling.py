@@ -29,6 +29,7 @@ import pandas as pd
 
 from .errors import StageError
 from .graph import CONTROL_FLOW, Graph
+from .onnx_io import attribute_subgraphs
 from .op_costs import is_mac_op, node_cost, op_key
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
@@ -282,12 +283,12 @@ def body_nodes(g: Graph) -> dict[str, int]:
             if n.name:
                 out.setdefault(n.name, pos)
             for a in n.attribute:
-                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                for sub in attribute_subgraphs(a):
                     walk(sub, pos)
     for pos, n in enumerate(g.nodes):
         if n.op_type in CONTROL_FLOW:
             for a in n.attribute:
-                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                for sub in attribute_subgraphs(a):
                     walk(sub, pos)
     return out
 

@@ -32,6 +32,7 @@ from .errors import StageError
 from .graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS
 from .graph import attr as _a
 from .graph import outer_reads
+from .onnx_io import attribute_subgraphs
 
 EXECUTE_MAX_FILE_BYTES = 1_800_000_000    # a single protobuf holds < 2 GB: bigger models are not executed
 EXECUTE_TIMEOUT_S = 60                    # the one run of the last resort; longer is reported, not waited for
@@ -61,8 +62,7 @@ ORT_SYMBOLIC_MAX_NESTING = 4   # ORT's symbolic inference re-infers every branch
 
 def _nesting_depth(g: onnx.GraphProto) -> int:
     """How deep control-flow bodies nest (0: none)."""
-    subs = [sub for n in g.node for a in n.attribute
-            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
+    subs = [sub for n in g.node for a in n.attribute for sub in attribute_subgraphs(a)]
     return 1 + max(map(_nesting_depth, subs)) if subs else 0
 
 
@@ -286,17 +286,15 @@ def execute(full: onnx.ModelProto, feeds: dict, want: list[str], timeout_s: floa
     extra = [t for t in dict.fromkeys(list(want) + _control_inputs(full)) if t and t not in have]
     full.graph.output.extend(helper.ValueInfoProto(name=t) for t in extra)
     with tempfile.TemporaryDirectory(prefix="nnperf_exec_") as tmp:
-        probe, npz = Path(tmp) / "probe.onnx", Path(tmp) / "feeds.npz"
-        probe.write_bytes(full.SerializeToString())
-        del full
+        npz = Path(tmp) / "feeds.npz"
+        probe = _write_probe(full, tmp)
+        del full                    # the weights are not held while the worker runs
         np.savez(npz, **feeds)
-        try:
-            r = subprocess.run([sys.executable, str(Path(__file__).with_name("shape_worker.py")), str(probe), str(npz),
-                                tmp], capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise ExecutionFailed(f"it did not finish in {timeout_s:.0f} s") from None
+        r = _run_worker(probe, str(npz), tmp, timeout_s=timeout_s)
+        if r is None:
+            raise ExecutionFailed(f"it did not finish in {timeout_s:.0f} s")
         if r.returncode != 0:
-            raise ExecutionFailed((r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1][:300])
+            raise ExecutionFailed(_last_line(r)[:300])
         shapes = {k: (v[0], v[1]) for k, v in json.loads((Path(tmp) / "shapes.json").read_text()).items()}
         with np.load(Path(tmp) / "values.npz", allow_pickle=False) as d:
             vals = {str(n): d[f"v{k}"] for k, n in enumerate(d["__names__"])}
@@ -306,16 +304,29 @@ def execute(full: onnx.ModelProto, feeds: dict, want: list[str], timeout_s: floa
 def ort_refusal(full: onnx.ModelProto, timeout_s: float = EXECUTE_TIMEOUT_S) -> str | None:
     """Why ONNX Runtime refuses to load the model (None when it loads), in a separate process (lib/shape_worker.py)."""
     with tempfile.TemporaryDirectory(prefix="nnperf_load_") as tmp:
-        probe = Path(tmp) / "probe.onnx"
-        probe.write_bytes(full.SerializeToString())
-        try:
-            r = subprocess.run([sys.executable, str(Path(__file__).with_name("shape_worker.py")), str(probe), "-"],
-                               capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-    if r.returncode != 3:           # loaded, or the worker died (memory): no verdict
+        r = _run_worker(_write_probe(full, tmp), "-", timeout_s=timeout_s)
+    if r is None or r.returncode != 3:      # loaded, timed out, or the worker died (memory): no verdict
         return None
-    return re.sub(r"Load model from \S+ failed: ?", "", (r.stderr.strip().splitlines() or ["no reason given"])[-1])
+    return re.sub(r"Load model from \S+ failed: ?", "", _last_line(r))
+
+
+def _write_probe(full: onnx.ModelProto, tmp: str) -> Path:
+    probe = Path(tmp) / "probe.onnx"
+    probe.write_bytes(full.SerializeToString())
+    return probe
+
+
+def _run_worker(probe: Path, *args: str, timeout_s: float):
+    """lib/shape_worker.py on the saved model; None when it ran past timeout_s."""
+    try:
+        return subprocess.run([sys.executable, str(Path(__file__).with_name("shape_worker.py")), str(probe), *args],
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _last_line(r: subprocess.CompletedProcess) -> str:
+    return (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
 
 
 class ExecutionFailed(Exception):

@@ -26,7 +26,7 @@ from onnx import TensorProto
 
 from .errors import StageError
 from .graph import NodeTable
-from .onnx_io import STRIPPED
+from .onnx_io import STRIPPED, attribute_subgraphs, elem_size
 
 MAX_ELEMENTS = 2**48            # 256 Ti elements: larger than any accelerator's memory by orders of magnitude
 KNOWN_TYPES = set(TensorProto.DataType.values()) - {TensorProto.UNDEFINED}
@@ -104,10 +104,9 @@ def _check_graph(g: onnx.GraphProto, outer: set[str], where: str, table: NodeTab
     for i, n in enumerate(table.protos):
         _check_schema(n, table.inputs[i], table.outputs[i], opsets or {}, types, lambda: f"{where}{_label(g, i)}")
         for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH or a.type == onnx.AttributeProto.GRAPHS:
-                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                    _check_graph(sub, everything, f"{where}{_label(g, i)} body {a.name}: ", opsets=opsets)
-            elif a.type == onnx.AttributeProto.TENSOR:
+            for sub in attribute_subgraphs(a):
+                _check_graph(sub, everything, f"{where}{_label(g, i)} body {a.name}: ", opsets=opsets)
+            if a.type == onnx.AttributeProto.TENSOR:
                 _check_dims(list(a.t.dims), f"{where}attribute tensor of {_label(g, i)}")
 
 
@@ -188,7 +187,6 @@ def _check_bodies(node, given: dict, n_out: int, label) -> None:
 
 def _check_data_length(t: onnx.TensorProto, where: str) -> None:
     """The payload holds as many elements as the dims say (raw bytes, or the typed field's count)."""
-    from .graph import elem_size
     n = math.prod(t.dims)
     size = elem_size(t.data_type)
     if t.data_location == TensorProto.EXTERNAL:
