@@ -18,8 +18,8 @@ from lib.provenance import stamp
 
 def report(meta: dict, att: dict, runs: int) -> None:
     s = meta["session_latency"]
-    print(f"session latency: median {s['median_us'] / 1e3:.2f} ms (p10 {s['p10_us'] / 1e3:.2f}, "
-          f"p90 {s['p90_us'] / 1e3:.2f} ms) over {runs} runs")
+    print(f"session latency: median {s['median_us'] / 1e3:.2f} ms (mean {s['mean_us'] / 1e3:.2f}, p10 "
+          f"{s['p10_us'] / 1e3:.2f}, p90 {s['p90_us'] / 1e3:.2f} ms) over {runs} runs")
     print(f"kernel time per run: {att['kernel_time_per_run_us']['median'] / 1e3:.2f} ms in {att['kernels']} ORT kernels; "
           f"{100 * att['kernel_time_coverage']:.2f}% attributed to original nodes "
           f"({att['nodes_with_kernel']} nodes with a kernel, {att['nodes_fused']} fused into one, "

@@ -21,8 +21,7 @@ from lib.inputs import InputSpec
 from lib.loading import analysed_arrays
 from lib.provenance import stamp
 from lib.splits import (add_costs, baselines, feasibility_reasons, latex_table, pareto_table, print_summary,
-                        prune_and_rank, pruning_summary, ranking_overrides, split_model, split_summary,
-                        write_compact_json)
+                        prune_and_rank, pruning_summary, ranking_overrides, split_model, split_summary)
 from lib.system import load_system
 
 
@@ -70,8 +69,8 @@ def main(argv=None):
         tmp.write_text(latex_table(top, Path(a.model).name))
     write_json({**system, "source": a.system, "versions": versions()}, a.rdir / "system_config.json")
     write_json(stamp(summ, ident, {"workload_profile.json": wp}), a.rdir / "split_summary.json")
-    write_compact_json(stamp(split_model(df, prof, latency, system), ident, {"workload_profile.json": wp}),
-                       a.rdir / "split_model.json")
+    write_json(stamp(split_model(df, prof, latency, system), ident, {"workload_profile.json": wp}),
+               a.rdir / "split_model.json", indent=None)    # compact, no NaN: the report's JSON.parse reads it
     write_json(wp, a.rdir / "workload_profile.json")
     print_summary(df, top, pareto, rk, summ)
     print(f"wrote {a.rdir / 'boundaries.csv'}, split_summary.json and the rest")

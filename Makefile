@@ -54,7 +54,7 @@ help:
 	@echo "make all HAILO=1             ... with stage 10's Hailo check pruning split candidates (07 -> 10 -> 07)"
 	@echo "make fx [TORCH_MODEL=resnet18]  stage 09: FX characterize, fuse, concurrency, hardware mapping + plot"
 	@echo "make calibrate               measure this host's peak FLOP/s and bandwidth into $(HOST), fit $(LATENCY_MODEL)"
-	@echo "make sweep MODEL=m.onnx [BATCHES=\"1 2 4 8 16\"]  measured vs predicted latency per batch -> sweep.csv"
+	@echo "make sweep MODEL=m.onnx [BATCHES=\"1 2 4 8 16\"] [ROUNDS=3]  measured vs predicted latency per batch -> sweep.csv"
 	@echo "make clean                   remove results/ and models/"
 
 venv: $(VENV)
@@ -126,8 +126,9 @@ calibrate: | $(VENV)
 
 # measured and predicted latency, throughput and arithmetic intensity per batch -> results/<stem>/sweep.csv + plot
 BATCHES ?= 1 2 4 8 16
+ROUNDS ?= 3
 sweep: | $(VENV)
-	$(PY) -m lib.sweep --model $(MODEL) --results $(R) --batches $(BATCHES) --runs $(RUNS) $(SHAPE_ARGS) $(if $(PRESET),--preset $(PRESET))
+	$(PY) -m lib.sweep --model $(MODEL) --results $(R) --batches $(BATCHES) --runs $(RUNS) --rounds $(ROUNDS) $(SHAPE_ARGS) $(if $(PRESET),--preset $(PRESET))
 
 test: | $(VENV)
 	$(PY) -m pytest -q tests

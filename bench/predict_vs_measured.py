@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The calibrated latency model against ONNX Runtime, on models the calibration never saw.
 
-    .venv/bin/python bench/predict_vs_measured.py [--only resnet50 bert ...] [--runs 10] [--reuse]
+    .venv/bin/python bench/predict_vs_measured.py [--only resnet50 bert ...] [--runs 10] [--rounds 3] [--reuse]
                                                   [--latency-model configs/latency_model.yaml]
 
 Per model: stage 02 and stage 01 (`--runs N`) as subprocesses into results/_latency_bench/<stem>/ (the
@@ -12,9 +12,12 @@ optimized graph (lib.latency_model.fused_from_ort / ort_node_roles); predicted t
 other work the cores are taken away for whole scheduler slices, so the model is also run once more as stage
 01 runs it, recording the CPU time of ORT's calling thread per run (lib.sweep.measure_uncontended): the
 latency with the cores to itself ("uncontended"), and the CPU share the run got. Then the median and worst
-|predicted/measured - 1| and, for the worst models, which op classes carry the error.
+|predicted/measured - 1| and, for the worst models, which op classes carry the error. With `--rounds N`
+(default 3) stage 01 and the uncontended run are repeated N times, all models in turn, and each measured figure
+is the median of its rounds: this machine's speed drifts by tens of percent within minutes.
 Models are built into models/lat/ when missing (random weights, nothing downloaded).
 """
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +70,9 @@ def _args():
     p = parser(__doc__)
     p.add_argument("--only", nargs="+", choices=list(MODELS), help="a subset of the models")
     p.add_argument("--runs", type=int, default=10, help="stage 01 runs (default 10)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="measure every model this many times, the models in turn, and keep each figure's median "
+                        "(default 3: a shared machine's speed drifts by tens of percent within minutes)")
     p.add_argument("--reuse", action="store_true", help="reuse stage 01/02 results already in the bench folder")
     p.add_argument("--latency-model", default=str(REPO / "configs" / "latency_model.yaml"))
     p.add_argument("--results-root", default=str(REPO / "results" / "_latency_bench"))
@@ -76,6 +82,42 @@ def _args():
                    help="ORT intra-op threads for stage 01 and the CPU-time run (default 0 = all cores, stage 01's "
                         "default; 1 gives clean CPU-time references on a shared machine: calibrate with --threads 1 too)")
     return p.parse_args()
+
+
+MEASURED = ("measured_ms", "kernel_ms", "measured_p10_ms", "uncontended_ms", "cpu_share")   # medians over rounds
+
+
+def remeasure(stem: str, a) -> dict:
+    """Another round of one model: stage 01 again (02's costs stay) and the uncontended run; measured figures."""
+    from lib.sweep import measure_uncontended, run_stages
+    shape_args = MODELS[stem][2]
+    preset = shape_args[shape_args.index("--preset") + 1] if "--preset" in shape_args else None
+    rdir = Path(a.results_root) / stem
+    run_stages(model_path(stem), rdir, shape_args, runs=a.runs, threads=a.threads, costs=False)
+    s = json.loads((rdir / "profile_meta.json").read_text())
+    u = None if a.no_uncontended else measure_uncontended(model_path(stem), None, str(REPO / "configs" / "workload.yaml"),
+                                                         preset, runs=a.runs, threads=a.threads)
+    return {"measured_ms": s["session_latency"]["median_us"] / 1e3, "measured_mean_ms": s["session_latency"]["mean_us"] / 1e3,
+            "measured_p10_ms": s["session_latency"]["p10_us"] / 1e3,
+            "kernel_ms": s["kernel_time_per_run_us"]["median"] / 1e3,
+            "uncontended_ms": u["cpu_us"] / 1e3 if u else np.nan, "cpu_share": u["share"] if u else np.nan}
+
+
+def median_of_rounds(first: dict, later: list[dict]) -> dict:
+    """The first round's row with its measured figures replaced by their medians over all rounds, errors redone."""
+    r = dict(first)
+    for k in MEASURED:
+        r[k] = float(np.nanmedian([first[k], *(x[k] for x in later)])) if later else first[k]
+    r["rounds"] = 1 + len(later)
+    r["measured_mean_ms"] = float(np.mean([first["measured_mean_ms"], *(x["measured_mean_ms"] for x in later)]))
+    r["err"] = r["predicted_ms"] / r["measured_ms"] - 1
+    r["err_mean"] = r["predicted_ms"] / r["measured_mean_ms"] - 1
+    r["err_ort"] = r["predicted_ort_ms"] / r["measured_ms"] - 1
+    r["err_kernel"] = r["predicted_kernel_ms"] / r["kernel_ms"] - 1
+    r["err_p10"] = r["predicted_ms"] / r["measured_p10_ms"] - 1
+    r["err_uncontended"] = r["predicted_ms"] / r["uncontended_ms"] - 1
+    r["meas_over_roof"] = r["measured_ms"] / r["roofline_ms"]
+    return r
 
 
 def measure(stem: str, a, lm, peaks, bw: float) -> tuple[dict, pd.DataFrame]:
@@ -94,7 +136,8 @@ def measure(stem: str, a, lm, peaks, bw: float) -> tuple[dict, pd.DataFrame]:
     c = compare(rdir, lm, peaks, bw, fo)
     u = None if a.no_uncontended else measure_uncontended(m, None, workload, preset, runs=a.runs, threads=a.threads)
     r = {"model": stem, "measured_ms": c["measured_us"] / 1e3, "predicted_ms": c["predicted_us"] / 1e3,
-         "err": c["predicted_us"] / c["measured_us"] - 1,
+         "err": c["predicted_us"] / c["measured_us"] - 1, "measured_mean_ms": c["measured_mean_us"] / 1e3,
+         "err_mean": c["predicted_us"] / c["measured_mean_us"] - 1,
          "predicted_ort_ms": c.get("predicted_ort_us", np.nan) / 1e3,
          "err_ort": c.get("predicted_ort_us", np.nan) / c["measured_us"] - 1,
          "kernel_ms": c["kernel_us"] / 1e3, "predicted_kernel_ms": c["predicted_kernel_us"] / 1e3,
@@ -107,13 +150,14 @@ def measure(stem: str, a, lm, peaks, bw: float) -> tuple[dict, pd.DataFrame]:
     return r, class_table(c["per_node"], u["per_node"] if u else None)
 
 
-HEADER = (f"{'model':<16} {'session ms':>10} {'pred ms':>8} {'err':>7} {'pred(ORT) ms':>12} {'err':>7} "
+HEADER = (f"{'model':<16} {'session ms':>10} {'pred ms':>8} {'err':>7} {'mean ms':>8} {'err':>7} {'pred(ORT) ms':>12} {'err':>7} "
           f"{'kernel ms':>9} {'pred k ms':>9} {'err':>7} {'uncont. ms':>10} {'share':>5} {'err':>7} "
           f"{'roofline ms':>11} {'meas/roof':>9}")
 
 
 def print_row(r: dict) -> None:
     print(f"{r['model']:<16} {r['measured_ms']:>10.2f} {r['predicted_ms']:>8.2f} {100 * r['err']:>+6.1f}% "
+          f"{r['measured_mean_ms']:>8.2f} {100 * r['err_mean']:>+6.1f}% "
           f"{r['predicted_ort_ms']:>12.2f} {100 * r['err_ort']:>+6.1f}% {r['kernel_ms']:>9.2f} "
           f"{r['predicted_kernel_ms']:>9.2f} {100 * r['err_kernel']:>+6.1f}% {r['uncontended_ms']:>10.2f} "
           f"{r['cpu_share']:>5.2f} {100 * r['err_uncontended']:>+6.1f}% {r['roofline_ms']:>11.2f} "
@@ -124,6 +168,10 @@ def print_summary(df: pd.DataFrame) -> None:
     e = df["err"].abs()
     print(f"\nmedian |predicted/measured - 1| (session latency, fused from 01): {100 * e.median():.1f}%   "
           f"worst: {100 * e.max():.1f}% ({df.loc[e.idxmax(), 'model']})")
+    em = df["err_mean"].abs()
+    print(f"  against the mean of all runs (the time-averaged latency; this machine's speed flips between two "
+          f"states within seconds, and a median lands in one or the other): median {100 * em.median():.1f}%, "
+          f"worst {100 * em.max():.1f}% ({df.loc[em.idxmax(), 'model']})")
     print(f"  same with fused nodes from ORT's optimized graph (no profiling): median "
           f"{100 * df['err_ort'].abs().median():.1f}%, worst {100 * df['err_ort'].abs().max():.1f}%")
     print(f"  against summed kernel time: median {100 * df['err_kernel'].abs().median():.1f}%, "
@@ -157,13 +205,26 @@ def main():
     from lib.sweep import model_roofline
     lm = load_latency_model(a.latency_model)
     peaks, bw = model_roofline(lm, REPO / "configs" / "host.yaml")
-    rows, per_class = [], {}
+    if a.rounds < 1 or a.runs < 1:
+        sys.exit("--rounds and --runs must be >= 1")
+    stems = a.only or list(MODELS)
+    first, per_class = {}, {}
+    later: dict[str, list[dict]] = {s: [] for s in stems}
     print(HEADER)
-    for stem in a.only or list(MODELS):
-        r, per_class[stem] = measure(stem, a, lm, peaks, bw)
-        rows.append(r)
-        print_row(r)
-    df = pd.DataFrame(rows)
+    for stem in stems:
+        first[stem], per_class[stem] = measure(stem, a, lm, peaks, bw)
+        print_row(first[stem])
+    for k in range(1, a.rounds):
+        print(f"round {k + 1}/{a.rounds} (stage 01 again, the models in turn) ...", flush=True)
+        for stem in stems:
+            later[stem].append(remeasure(stem, a))
+            print_row(median_of_rounds({**first[stem], **later[stem][-1]}, []))   # this round's figures
+    df = pd.DataFrame([median_of_rounds(first[s], later[s]) for s in stems])
+    if a.rounds > 1:
+        print(f"\nmedians over {a.rounds} rounds:")
+        print(HEADER)
+        for _, r in df.iterrows():
+            print_row(r)
     print_summary(df)
     print_worst(df, per_class)
     out = Path(a.results_root) / "predict_vs_measured.csv"

@@ -5,11 +5,14 @@ import datetime
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+import orjson
 import pandas as pd
 import yaml
 
@@ -90,17 +93,82 @@ def atomic_path(path: Path):
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        df.to_csv(tmp, index=False)
+    """The bytes pandas' to_csv(index=False) writes, 4-5x faster on a 200k-node graph's tables: float repr is
+    ~1 us a cell in Python, so numeric columns are formatted by orjson (Rust; the same shortest round-trip
+    digits as repr), text is quoted as the csv module does, and rows are joined in slices of 50k."""
+    if df.shape[1] < 2:     # the csv module quotes a lone empty field; too small to matter
+        with atomic_path(path) as tmp:
+            df.to_csv(tmp, index=False)
+        return
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        f.write(",".join(_text_cells(pd.Series(list(df.columns), dtype=object))) + "\n")
+        for start in range(0, len(df), CSV_SLICE):
+            part = df.iloc[start:start + CSV_SLICE]
+            cols = [_csv_cells(part.iloc[:, i]) for i in range(part.shape[1])]
+            f.write("\n".join(map(",".join, zip(*cols))) + "\n")
+
+
+CSV_SLICE = 50_000
+_CSV_SPECIAL = re.compile(r'[,"\r\n]')
+
+
+def _csv_cells(col: pd.Series) -> list[str]:
+    if isinstance(col.dtype, pd.api.extensions.ExtensionDtype):    # nullable ints, categoricals, strings
+        return _text_cells(pd.Series(col.to_numpy(dtype=object, na_value=None), dtype=object))
+    a = np.ascontiguousarray(col.to_numpy())
+    kind = a.dtype.kind
+    if kind == "b":
+        return np.where(a, "True", "False").tolist()
+    if kind in "iu" or (kind == "f" and a.dtype.itemsize == 8):
+        return _numeric_cells(a)
+    if kind == "O":
+        return _text_cells(col)
+    return _text_cells(pd.Series(col.astype(str).where(col.notna(), None), dtype=object))   # float32, dates
+
+
+def _numeric_cells(a: np.ndarray) -> list[str]:
+    """str() of each number, as pandas writes it ('' for NaN). orjson matches repr digit for digit, but writes
+    exponents its own way (1e-5, 1e16 where repr has 1e-05, 1e+16): those cells, and inf, take repr()."""
+    if len(a) == 0:
+        return []
+    if a.dtype.kind in "iu":
+        return orjson.dumps(a, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].decode().split(",")
+    finite = np.isfinite(a)
+    cells = orjson.dumps(np.where(finite, a, 0.0), option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].decode().split(",")
+    mag = np.abs(a)
+    with np.errstate(invalid="ignore"):
+        odd = np.flatnonzero(~finite | ((mag < 1e-4) & (mag > 0)) | (mag >= 1e16))
+    for i, v in zip(odd.tolist(), a[odd].tolist()):
+        cells[i] = "" if v != v else repr(v)
+    return cells
+
+
+def _text_cells(col: pd.Series) -> list[str]:
+    """Each cell as the csv module writes it (QUOTE_MINIMAL): missing values empty, str() of the rest,
+    quoted (with doubled quotes) when it holds a comma, a quote or a line break (one search per column
+    first: names rarely do)."""
+    cells = [v if type(v) is str else "" if v is None or v is pd.NA or (isinstance(v, float) and v != v)
+             else str(v) for v in col.tolist()]
+    if _CSV_SPECIAL.search("\x00".join(cells)):
+        cells = ['"' + t.replace('"', '""') + '"' if _CSV_SPECIAL.search(t) else t for t in cells]
+    return cells
 
 
 def write_json(obj, path: Path, indent: int | None = 2) -> None:
-    """indent=None for the large ones (a 200k-boundary pruning list): indentation triples the encoding time."""
+    """indent=None for the large ones (a 200k-boundary pruning list, the report's what-if model): compact,
+    through orjson (~10x faster than json; numpy arrays as lists; NaN and inf become null, as a browser's
+    JSON.parse needs)."""
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=indent, default=_json_default) + "\n")
+        if indent is None:
+            tmp.write_bytes(orjson.dumps(obj, default=_json_default, option=orjson.OPT_SERIALIZE_NUMPY
+                                         | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE))
+        else:
+            tmp.write_text(json.dumps(obj, indent=indent, default=_json_default) + "\n")
 
 
 def _json_default(o):
+    if isinstance(o, np.ndarray):       # one orjson does not take natively (not contiguous, object dtype)
+        return o.tolist()
     if hasattr(o, "item"):
         return o.item()
     if isinstance(o, (Path, datetime.date)):

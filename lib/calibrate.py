@@ -15,6 +15,7 @@ version for tests (~20 s; its figures are not meant to be used).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import time
@@ -105,9 +106,10 @@ def _saved_bench(bench_csv: str, threads: int):
     return bench, dispatch, threads
 
 
-def _measured_bench(quick: bool, budget_s: float, threads: int, passes: int, save_bench: str | None):
-    """(table, dispatch) of the micro-benchmarks run now (`passes` times, each node's best) and ORT's
-    dispatch cost; the table also written to `save_bench` when given."""
+def _measured_bench(quick: bool, budget_s: float, threads: int, passes: int, save_bench: str | None,
+                    after_pass=None):
+    """(table, dispatch) of the micro-benchmarks run now (`passes` times, each node's best; after_pass(k) runs
+    after pass k) and ORT's dispatch cost; the table also written to `save_bench` when given."""
     from . import microbench as mb
     cases = mb.cases(quick=quick)
     n_tr = sum(c.split == "train" for c in cases)
@@ -119,6 +121,8 @@ def _measured_bench(quick: bool, budget_s: float, threads: int, passes: int, sav
             print(f"  pass {k + 1}/{passes}", flush=True)
         tables.append(mb.run_cases(cases, threads=threads, budget_s=budget_s, min_runs=3 if quick else 5,
                                    max_runs=8 if quick else 40))
+        if after_pass is not None:
+            after_pass(k)
     bench = mb.combine_passes(tables)
     dispatch = mb.measure_dispatch(threads=threads, lengths=(1, 32) if quick else (1, 64, 256),
                                    runs=10 if quick else 30)
@@ -179,18 +183,22 @@ def calibrate_latency_model(host: dict, out: Path | None, *, quick: bool = False
     from .errors import StageError
     peaks, bw = host["peak_flops_per_s"], float(host["mem_bw_bytes_per_s"])
     t0 = time.perf_counter()
-    if bench_csv:
-        bench, dispatch, threads = _saved_bench(bench_csv, threads)
-    else:
-        bench, dispatch = _measured_bench(quick, budget_s, threads, passes, save_bench)
-    col = TARGETS[target]
-    if col not in bench:
-        raise StageError(f"the micro-benchmark table has no {col} column (re-measure)")
-    bench["t_fit_us"] = bench[col]
-    wall_bench = time.perf_counter() - t0
-    model, report = lm.fit(bench, peaks, bw, dispatch={k: dispatch[k] for k in ("fixed_us", "per_kernel_us")})
-    if in_model:
-        model.in_model = _in_model(model, host, threads)
+    with InModelRuns(threads) if in_model else contextlib.nullcontext() as whole:
+        if bench_csv:
+            bench, dispatch, threads = _saved_bench(bench_csv, threads)
+            if whole is not None:
+                whole.round()
+        else:   # a round of the whole models after each pass: both see the same spells of a shared machine
+            bench, dispatch = _measured_bench(quick, budget_s, threads, passes, save_bench,
+                                              after_pass=whole.round if whole is not None else None)
+        col = TARGETS[target]
+        if col not in bench:
+            raise StageError(f"the micro-benchmark table has no {col} column (re-measure)")
+        bench["t_fit_us"] = bench[col]
+        wall_bench = time.perf_counter() - t0
+        model, report = lm.fit(bench, peaks, bw, dispatch={k: dispatch[k] for k in ("fixed_us", "per_kernel_us")})
+        if whole is not None:
+            model.in_model = whole.factors(model, host)
     doc = lm.model_document(model, _model_meta(host, bench, report, target=target, threads=threads, quick=quick,
                                                bench_csv=bench_csv, wall_bench=wall_bench))
     print_report(report)
@@ -201,36 +209,70 @@ def calibrate_latency_model(host: dict, out: Path | None, *, quick: bool = False
     return doc, report
 
 
-CALIBRATION_MODELS = ["squeezenet1_1", "mnasnet0_5", "regnet_y_400mf", "torch-encoder"]   # never the ones checked
+# never the models the prediction is checked on; small CNN kernels and transformer MatMuls from 8 MFLOP (the
+# 256-wide encoder) to 4 GFLOP (the 1024-wide one): the in-model correction is pooled over the sizes real models have
+CALIBRATION_MODELS = ["squeezenet1_1", "mnasnet0_5", "regnet_y_400mf", "torch-encoder", "torch-encoder-wide"]
+ENCODERS = {"torch-encoder": {}, "torch-encoder-wide": {"hidden": 1024, "layers": 2, "heads": 16, "seq": 256}}
 
 
-def _in_model(model, host: dict, threads: int) -> dict[str, float]:
-    """Whole models other than those the prediction is checked on (bench/predict_vs_measured.py): stages 02
-    and 01 on each, then per op class measured / predicted kernel time (lib.latency_model.in_model_factors)."""
-    import subprocess
-    import sys
-    import tempfile
+class InModelRuns:
+    """Whole models other than those the prediction is checked on (bench/predict_vs_measured.py): stage 02 on
+    each once, then rounds of stage 01 over all of them (calibration runs one after each micro-benchmark pass),
+    each node's best round kept, as the micro-benchmarks keep their best pass; then per op class measured /
+    predicted kernel time (lib.latency_model.in_model_factors)."""
 
-    from . import latency_model as lm
-    from .artifacts import REPO, read_csv
-    from .export_models import export_encoder, export_torchvision
-    runs = []
-    for name in CALIBRATION_MODELS:
-        path = REPO / "models" / "calib" / f"{name}.onnx"
-        if not path.exists():
-            print(f"building calibration model {name} (random weights) ...", flush=True)
-            export_encoder(path) if name == "torch-encoder" else export_torchvision(name, path)
-        with tempfile.TemporaryDirectory(prefix="calib_") as tmp:
-            for stage, extra in (("02_shapes_flops_bytes.py", []), ("01_profile_onnx.py", ["--runs", "10", "--threads", str(threads)])):
-                subprocess.run([sys.executable, str(REPO / stage), "--model", str(path), "--results", tmp, *extra],
-                               check=True, capture_output=True)
-            runs.append((read_csv(tmp, "ops_metrics.csv", ("node", "op_type", "flops")),
-                         read_csv(tmp, "ops_latency.csv", ("node", "latency_us"))))
-        print(f"  in-model run: {name}", flush=True)
-    factors = lm.in_model_factors(model, runs, host)
-    print("in-model factors (whole-model / micro-benchmark time, per op class): "
-          + ", ".join(f"{k} {v:.2f}" for k, v in sorted(factors.items())))
-    return factors
+    def __init__(self, threads: int):
+        self.threads, self.latency = threads, {name: [] for name in CALIBRATION_MODELS}
+
+    def __enter__(self):
+        import tempfile
+
+        from .artifacts import REPO
+        from .export_models import export_encoder, export_torchvision
+        self._tmp = tempfile.TemporaryDirectory(prefix="calib_")
+        self.paths = {}
+        for name in CALIBRATION_MODELS:
+            path = self.paths[name] = REPO / "models" / "calib" / f"{name}.onnx"
+            if not path.exists():
+                print(f"building calibration model {name} (random weights) ...", flush=True)
+                export_encoder(path, **ENCODERS[name]) if name in ENCODERS else export_torchvision(name, path)
+            self._stage("02_shapes_flops_bytes.py", name)
+        return self
+
+    def __exit__(self, *exc):
+        self._tmp.cleanup()
+
+    def _stage(self, script: str, name: str, *extra: str) -> None:
+        import subprocess
+        import sys
+
+        from .artifacts import REPO
+        subprocess.run([sys.executable, str(REPO / script), "--model", str(self.paths[name]), "--results",
+                        f"{self._tmp.name}/{name}", *extra], check=True, capture_output=True)
+
+    def round(self, k: int = 0) -> None:
+        from .artifacts import read_csv
+        for name in CALIBRATION_MODELS:
+            self._stage("01_profile_onnx.py", name, "--runs", "10", "--threads", str(self.threads))
+            self.latency[name].append(read_csv(f"{self._tmp.name}/{name}", "ops_latency.csv", ("node", "latency_us")))
+        print(f"  whole calibration models, round {len(self.latency[CALIBRATION_MODELS[0]])}: "
+              f"{', '.join(CALIBRATION_MODELS)}", flush=True)
+
+    def factors(self, model, host: dict) -> dict[str, float]:
+        import pandas as pd
+
+        from . import latency_model as lm
+        from .artifacts import read_csv
+        runs = []
+        for name in CALIBRATION_MODELS:
+            lat = self.latency[name][0].copy()
+            best = pd.concat([t.set_index("node")["latency_us"] for t in self.latency[name]], axis=1).min(axis=1)
+            lat["latency_us"] = lat["node"].map(best)
+            runs.append((read_csv(f"{self._tmp.name}/{name}", "ops_metrics.csv", ("node", "op_type", "flops")), lat))
+        factors = lm.in_model_factors(model, runs, host)
+        print("in-model factors (whole-model / micro-benchmark time, per op class): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in sorted(factors.items())))
+        return factors
 
 
 HEADER = """\
@@ -278,9 +320,10 @@ def main(argv=None):
                    help="latency model file to write (default: %(default)s)")
     p.add_argument("--budget-s", type=float, default=None,
                    help="seconds of measured micro-benchmark runs, spread over the cases (default 80; 6 with --quick)")
-    p.add_argument("--passes", type=int, default=1,
-                   help="measure every case this many times, at different moments, and keep each node's best "
-                        "(default 1; 3 on a machine shared with other work)")
+    p.add_argument("--passes", type=int, default=None,
+                   help="measure every case this many times, at different moments, and keep each node's best; the "
+                        "whole calibration models run one round after each pass, each node's best kept (default 3, "
+                        "as a shared machine's speed drifts within minutes; 1 with --quick)")
     p.add_argument("--target", choices=sorted(TARGETS), default="cpu",
                    help="which statistic of a node's runs the fit targets (default cpu: kernel time scaled by the "
                         "run's CPU share, robust to other work on the cores; median: plain median)")
@@ -323,7 +366,8 @@ def main(argv=None):
         host["mem_bw_bytes_per_s"] = bw
     calibrate_latency_model(host, None if a.dry_run else Path(a.out), quick=a.quick,
                             budget_s=a.budget_s if a.budget_s is not None else (6.0 if a.quick else 80.0),
-                            target=a.target, threads=a.threads, save_bench=a.save_bench, passes=max(1, a.passes),
+                            target=a.target, threads=a.threads, save_bench=a.save_bench,
+                            passes=max(1, a.passes if a.passes is not None else (1 if a.quick else 3)),
                             in_model=not (a.quick or a.skip_in_model))
 
 

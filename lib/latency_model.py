@@ -611,19 +611,21 @@ def model_document(model: LatencyModel, meta: dict) -> dict:
 
 
 def in_model_factors(model: "LatencyModel", runs: list[tuple[pd.DataFrame, pd.DataFrame]], host: dict,
-                     lo: float = 0.5, hi: float = 8.0) -> dict[str, float]:
+                     lo: float = 0.5, hi: float = 8.0, min_nodes: int = 5) -> dict[str, float]:
     """Per op class: measured / predicted kernel time, pooled over whole calibration models (stage 02's table
-    and stage 01's latency of each), the nodes ORT fuses counted in their anchor's class."""
-    meas, pred = {}, {}
+    and stage 01's latency of each), the nodes ORT fuses counted in their anchor's class. A class needs
+    `min_nodes` kernels that run and 100 us of predicted time: one classifier Gemm says nothing about GPT-2's."""
+    meas, pred, count = {}, {}, {}
     for metrics, latency in runs:
         df = metrics.merge(latency[["node", "latency_us", "attribution", "fused_into"]], on="node")
         fused = df["attribution"].isin(["fused", "not_run"]).to_numpy()
         t = model.predict(df, host["peak_flops_per_s"], host["mem_bw_bytes_per_s"], fused, df["fused_into"],
                           include_dispatch=False)
-        for cls, m, p in zip(df["op_class"], df["latency_us"].fillna(0.0), t):
+        for cls, m, p, f in zip(df["op_class"], df["latency_us"].fillna(0.0), t, fused):
             meas[cls] = meas.get(cls, 0.0) + float(m)
             pred[cls] = pred.get(cls, 0.0) + float(p)
-    return {c: float(np.clip(meas[c] / pred[c], lo, hi)) for c in meas if pred[c] >= 100.0}
+            count[cls] = count.get(cls, 0) + int(not f)
+    return {c: float(np.clip(meas[c] / pred[c], lo, hi)) for c in meas if pred[c] >= 100.0 and count[c] >= min_nodes}
 
 
 # ------------------------------------------------------------------ which nodes ORT fuses away

@@ -394,5 +394,5 @@ def percentiles(values: list[float]) -> dict:
     if not values:
         return {}
     a = np.asarray(values)
-    return {"median_us": float(np.median(a)), "p10_us": float(np.percentile(a, 10)),
+    return {"median_us": float(np.median(a)), "mean_us": float(a.mean()), "p10_us": float(np.percentile(a, 10)),
             "p90_us": float(np.percentile(a, 90)), "min_us": float(a.min()), "runs": int(len(a))}

@@ -16,7 +16,6 @@ import os
 import numpy as np
 import pandas as pd
 
-from .artifacts import atomic_path
 from .errors import StageError
 from .provenance import same_inputs
 from .roofline import known_or_zero, node_bytes
@@ -474,12 +473,13 @@ def verdict(s: dict) -> dict:
     return {**beats, "fastest_single": single, "advice": text}
 
 
-def _nullable(a: np.ndarray) -> list:
-    return [None if not np.isfinite(v) else float(v) for v in np.asarray(a, dtype=float)]
+def _nullable(a: np.ndarray) -> np.ndarray:
+    """Floats; written by write_json(indent=None), NaN and inf become null."""
+    return np.ascontiguousarray(a, dtype=float)
 
 
 def _compact(a: np.ndarray):
-    """One number when every node has the same value, else the list (the page expands it)."""
+    """One number when every node has the same value, else the array (the page expands it)."""
     a = np.asarray(a, dtype=float)
     return float(a[0]) if len(a) and (a == a[0]).all() else _nullable(a)
 
@@ -509,13 +509,6 @@ def split_model(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None
             "boundaries": {"after_node": list(df["after_node"]), "after_layer": list(df["after_layer"]),
                            "n_cut_tensors": [int(v) for v in df["n_cut_tensors"]],
                            "comm_bytes": [float(v) for v in df["comm_bytes"]], "static_pruned_by": static}}
-
-
-def write_compact_json(obj: dict, path) -> None:
-    """split_model.json: O(nodes + boundaries) numbers, written without indentation (and without NaN, which a
-    browser's JSON.parse refuses), atomically."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n")
 
 
 def print_summary(df: pd.DataFrame, top: pd.DataFrame, pareto: pd.DataFrame, rk: dict, summ: dict) -> None:

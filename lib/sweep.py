@@ -25,19 +25,20 @@ import pandas as pd
 
 from .errors import StageError
 
-SWEEP_COLUMNS = ["batch", "measured_us", "measured_p10_us", "kernel_us", "predicted_us", "predicted_kernel_us",
-                 "err_pct", "uncontended_us", "cpu_share", "err_uncontended_pct", "throughput_per_s", "throughput_pred_per_s", "flops", "bytes", "weight_bytes",
+SWEEP_COLUMNS = ["batch", "rounds", "measured_us", "measured_mean_us", "measured_p10_us", "kernel_us", "predicted_us",
+                 "predicted_kernel_us", "err_pct", "err_mean_pct", "uncontended_us", "cpu_share", "err_uncontended_pct", "throughput_per_s", "throughput_pred_per_s", "flops", "bytes", "weight_bytes",
                  "ai_flop_per_byte", "nodes_run", "input_shapes"]
 
 
 # ------------------------------------------------------------------ running stages 02 and 01
 
 def run_stages(model: str | Path, rdir: str | Path, shape_args: list[str], runs: int = 10,
-               threads: int = 0, profile: bool = True) -> None:
-    """Stage 02 then stage 01 (the scripts themselves, as subprocesses) into `rdir`."""
+               threads: int = 0, profile: bool = True, costs: bool = True) -> None:
+    """Stage 02 (unless costs=False: already there) then stage 01 (the scripts themselves, as subprocesses)
+    into `rdir`."""
     from .artifacts import REPO
     py = sys.executable
-    steps = [["02_shapes_flops_bytes.py"]]
+    steps = [["02_shapes_flops_bytes.py"]] if costs else []
     if profile:
         steps.append(["01_profile_onnx.py", "--runs", str(runs)] + (["--threads", str(threads)] if threads else []))
     for step in steps:
@@ -116,6 +117,7 @@ def compare(rdir: str | Path, model, peaks, bw: float, roles_ort: pd.DataFrame |
     if meta is not None:
         s = meta.get("session_latency", {})
         out["measured_us"] = float(s.get("median_us", np.nan))
+        out["measured_mean_us"] = float(s.get("mean_us", np.nan))
         out["measured_p10_us"] = float(s.get("p10_us", np.nan))
         out["kernel_us"] = float((meta.get("kernel_time_per_run_us") or {}).get("median") or np.nan)
         out["coverage"] = float(meta.get("kernel_time_coverage", np.nan))
@@ -187,7 +189,10 @@ def model_roofline(model, host: str | Path | None = None) -> tuple[dict, float]:
 def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_overrides: list[str] | None = None,
           preset: str | None = None, workload: str | None = None, latency_model: str | Path | None = None,
           host: str | Path | None = None, threads: int = 0, keep: str | Path | None = None,
-          progress: bool = True, uncontended: bool = True) -> pd.DataFrame:
+          progress: bool = True, uncontended: bool = True, rounds: int = 1) -> pd.DataFrame:
+    """rounds: measure every batch this many times, the batches in turn (1 2 4 8 16 1 2 4 ...), and keep the
+    median of the rounds: a shared machine's speed drifts by tens of percent within minutes, and interleaving
+    spreads a slow spell over all batches instead of landing it on one."""
     from .artifacts import CONFIGS
     from .latency_model import load_latency_model
     fixed = fixed_batch(model_path)
@@ -200,32 +205,52 @@ def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_ov
     model = load_latency_model(latency_model or CONFIGS / "latency_model.yaml")
     peaks, bw = model_roofline(model, host)
     workload = workload or str(CONFIGS / "workload.yaml")
-    rows = []
-    for b in batches:
-        ov = batch_overrides(model_path, b, user_overrides or [], workload, preset)
-        args = ["--workload", workload] + (["--preset", preset] if preset else []) + ["--shape-override", ov[0]]
-        if progress:
-            print(f"  batch {b}: {ov[0]} ...", end="", file=sys.stderr, flush=True)
-        with tempfile.TemporaryDirectory(prefix=f"sweep_b{b}_") as tmp:
-            rdir = Path(keep) / f"b{b}" if keep else Path(tmp)
-            run_stages(model_path, rdir, args, runs=runs, threads=threads)
-            c = compare(rdir, model, peaks, bw)
-        c.pop("per_node", None)
-        r = {"batch": b, **{k: c.get(k) for k in SWEEP_COLUMNS if k not in ("batch",)}}
-        r["err_pct"] = 100.0 * (r["predicted_us"] / r["measured_us"] - 1.0)
-        if uncontended:
-            u = measure_uncontended(model_path, ov, workload, preset, runs=runs, threads=threads)
-            r["uncontended_us"], r["cpu_share"] = u["cpu_us"], u["share"]
-            r["err_uncontended_pct"] = 100.0 * (r["predicted_us"] / u["cpu_us"] - 1.0)
-        r["throughput_per_s"] = b / (r["measured_us"] * 1e-6)
-        r["throughput_pred_per_s"] = b / (r["predicted_us"] * 1e-6)
-        r["input_shapes"] = json.dumps(c.get("input_shapes", {}))
-        rows.append(r)
-        if progress:
-            print(f" measured {r['measured_us'] / 1e3:.2f} ms, predicted {r['predicted_us'] / 1e3:.2f} ms "
-                  f"({r['err_pct']:+.1f}%)" + (f"; uncontended {r['uncontended_us'] / 1e3:.2f} ms (CPU share "
-                  f"{r['cpu_share']:.2f})" if uncontended else ""), file=sys.stderr, flush=True)
-    return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
+    seen: dict[int, list[dict]] = {b: [] for b in batches}
+    with tempfile.TemporaryDirectory(prefix="sweep_") as tmp:
+        for rnd in range(rounds):
+            for b in batches:
+                ov = batch_overrides(model_path, b, user_overrides or [], workload, preset)
+                args = ["--workload", workload] + (["--preset", preset] if preset else []) + ["--shape-override", ov[0]]
+                if progress:
+                    print(f"  {f'round {rnd + 1}/{rounds}, ' if rounds > 1 else ''}batch {b}: {ov[0]} ...", end="",
+                          file=sys.stderr, flush=True)
+                rdir = Path(keep or tmp) / f"b{b}"
+                run_stages(model_path, rdir, args, runs=runs, threads=threads, costs=rnd == 0)
+                c = compare(rdir, model, peaks, bw)
+                c.pop("per_node", None)
+                if uncontended:
+                    u = measure_uncontended(model_path, ov, workload, preset, runs=runs, threads=threads)
+                    c["uncontended_us"], c["cpu_share"] = u["cpu_us"], u["share"]
+                seen[b].append(c)
+                if progress:
+                    print(f" measured {c['measured_us'] / 1e3:.2f} ms (mean {c['measured_mean_us'] / 1e3:.2f}), "
+                          f"predicted {c['predicted_us'] / 1e3:.2f} ms "
+                          f"({100 * (c['predicted_us'] / c['measured_us'] - 1):+.1f}%)" + (
+                              f"; uncontended {c['uncontended_us'] / 1e3:.2f} ms (CPU share {c['cpu_share']:.2f})"
+                              if uncontended else ""), file=sys.stderr, flush=True)
+    return pd.DataFrame([_sweep_row(b, seen[b]) for b in batches], columns=SWEEP_COLUMNS)
+
+
+MEDIAN_OVER_ROUNDS = ("measured_us", "measured_p10_us", "kernel_us", "uncontended_us", "cpu_share")
+
+
+def _sweep_row(b: int, rounds: list[dict]) -> dict:
+    """One sweep.csv row from a batch's rounds: the measured figures' medians (and the mean of all runs), the
+    rest from the first round (the costs and the prediction do not change between rounds)."""
+    r = {"batch": b, **{k: rounds[0].get(k) for k in SWEEP_COLUMNS if k != "batch"}}
+    for k in MEDIAN_OVER_ROUNDS:
+        vals = [x[k] for x in rounds if x.get(k) is not None]
+        r[k] = float(np.median(vals)) if vals else float("nan")
+    r["rounds"] = len(rounds)
+    # every round has the same number of runs: the mean of the rounds' means is the mean of all runs
+    r["measured_mean_us"] = float(np.mean([x["measured_mean_us"] for x in rounds]))
+    r["err_pct"] = 100.0 * (r["predicted_us"] / r["measured_us"] - 1.0)
+    r["err_mean_pct"] = 100.0 * (r["predicted_us"] / r["measured_mean_us"] - 1.0)
+    r["err_uncontended_pct"] = 100.0 * (r["predicted_us"] / r["uncontended_us"] - 1.0)     # NaN when not measured
+    r["throughput_per_s"] = b / (r["measured_us"] * 1e-6)
+    r["throughput_pred_per_s"] = b / (r["predicted_us"] * 1e-6)
+    r["input_shapes"] = json.dumps(rounds[0].get("input_shapes", {}))
+    return r
 
 
 def plot(df: pd.DataFrame, path: Path, title: str) -> None:
@@ -235,6 +260,7 @@ def plot(df: pd.DataFrame, path: Path, title: str) -> None:
     fig, ax = plt.subplots(1, 3, figsize=(13, 3.8))
     b = df["batch"]
     ax[0].plot(b, df["measured_us"] / 1e3, "o-", label="measured (01, median)")
+    ax[0].plot(b, df["measured_mean_us"] / 1e3, "x-", label="measured (mean of all runs)")
     ax[0].plot(b, df["predicted_us"] / 1e3, "s--", label="predicted (latency model)")
     if df["uncontended_us"].notna().any():
         ax[0].plot(b, df["uncontended_us"] / 1e3, "^:", label="measured, cores to itself (CPU time)")
@@ -282,30 +308,33 @@ def main(argv=None):
     p.add_argument("--no-uncontended", action="store_true",
                    help="skip the second measurement per batch that records ORT's CPU time (the contention-free "
                         "latency on a shared machine)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="measure every batch this many times, the batches in turn, and keep the median (default 3: "
+                        "a shared machine's speed drifts within minutes)")
     p.add_argument("--keep", metavar="DIR", help="keep each batch's stage 01/02 results under DIR/b<B>/ (default: temp)")
     a = p.parse_args(argv)
     if not a.model:
         raise StageError("--model is required (see --help)")
-    if any(b < 1 for b in a.batches) or a.runs < 1:
-        raise StageError("--batches must be >= 1 and --runs >= 1")
+    if any(b < 1 for b in a.batches) or a.runs < 1 or a.rounds < 1:
+        raise StageError("--batches must be >= 1, and --runs and --rounds too")
     rdir = results_dir(a.model, a.results)
-    print(f"sweeping {a.model} over batches {a.batches} ({a.runs} runs each)")
+    print(f"sweeping {a.model} over batches {a.batches} ({a.runs} runs each, {a.rounds} round(s))")
     df = sweep(a.model, a.batches, runs=a.runs, user_overrides=a.shape_override, preset=a.preset,
                workload=a.workload, latency_model=a.latency_model, host=a.host, threads=a.threads, keep=a.keep,
-               uncontended=not a.no_uncontended)
+               uncontended=not a.no_uncontended, rounds=a.rounds)
     write_csv(df, rdir / "sweep.csv")
     plot(df, rdir / "plots" / "sweep.png", f"{Path(a.model).name}: measured vs predicted per batch")
-    write_json({"model": str(a.model), "batches": a.batches, "runs": a.runs, "preset": a.preset,
+    write_json({"model": str(a.model), "batches": a.batches, "runs": a.runs, "rounds": a.rounds, "preset": a.preset,
                 "shape_override": a.shape_override, "latency_model": a.latency_model or "configs/latency_model.yaml",
                 "versions": versions()}, rdir / "sweep_meta.json")
-    print(f"{'batch':>5} {'measured ms':>12} {'predicted ms':>13} {'error':>7} {'uncontended ms':>15} {'error':>7} "
-          f"{'inf/s':>8} {'FLOP/B':>7}")
+    print(f"{'batch':>5} {'predicted ms':>13} {'median ms':>10} {'error':>7} {'mean ms':>8} {'error':>7} "
+          f"{'uncontended ms':>15} {'error':>7} {'inf/s':>8} {'FLOP/B':>7}")
     for _, r in df.iterrows():
-        un = r["uncontended_us"]
-        print(f"{r['batch']:>5} {r['measured_us'] / 1e3:>12.2f} {r['predicted_us'] / 1e3:>13.2f} {r['err_pct']:>+6.1f}% "
-              f"{un / 1e3 if un == un else float('nan'):>15.2f} {r['err_uncontended_pct']:>+6.1f}% "
-              f"{r['throughput_per_s']:>8.1f} {r['ai_flop_per_byte']:>7.1f}")
-    print(f"worst |predicted/measured - 1| over the batches: {df['err_pct'].abs().max():.1f}% (stage 01 median)"
+        print(f"{r['batch']:>5} {r['predicted_us'] / 1e3:>13.2f} {r['measured_us'] / 1e3:>10.2f} {r['err_pct']:>+6.1f}% "
+              f"{r['measured_mean_us'] / 1e3:>8.2f} {r['err_mean_pct']:>+6.1f}% {r['uncontended_us'] / 1e3:>15.2f} "
+              f"{r['err_uncontended_pct']:>+6.1f}% {r['throughput_per_s']:>8.1f} {r['ai_flop_per_byte']:>7.1f}")
+    print(f"worst |predicted/measured - 1| over the batches: {df['err_pct'].abs().max():.1f}% (median of the rounds' "
+          f"medians), {df['err_mean_pct'].abs().max():.1f}% (mean of all runs)"
           + (f", {df['err_uncontended_pct'].abs().max():.1f}% (uncontended)" if df["uncontended_us"].notna().any() else ""))
     print(f"wrote {rdir / 'sweep.csv'} and {rdir / 'plots' / 'sweep.png'}")
 

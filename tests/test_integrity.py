@@ -147,3 +147,30 @@ def test_ort_trace_and_optimized_graph_are_kept(tmp_path):
     assert any(e.get("cat") == "Node" for e in trace)
     opt = onnx.load(str(rdir / "profile" / "ort_optimized.onnx"), load_external_data=False)
     assert len(opt.graph.node) >= 1 and (rdir / "profile" / "ort_optimized.onnx").stat().st_size < 100_000
+
+
+def test_csv_writer_writes_what_pandas_writes(tmp_path):
+    """lib.artifacts.write_csv (the fast writer every stage uses) gives pandas' to_csv(index=False) bytes:
+    shortest-repr floats, NaN and None empty, quoting, nullable and float32 columns; and reads back the same."""
+    import pandas as pd
+    from lib.artifacts import read_csv, write_csv
+    f = [0.1, 1024.0, -0.0, 1e16, 1.5e-5, 5e-324, float("inf"), float("nan"), 33587.968146796054, 2.0 ** 53]
+    df = pd.DataFrame({
+        "f64": f,
+        "f32": np.array(f, dtype=np.float32),
+        "i64": np.arange(len(f), dtype=np.int64) * (2 ** 40) - 3,
+        "u8": np.arange(len(f), dtype=np.uint8),
+        "flag": [True, False] * 5,
+        "text": ["a,b", 'say "x"', "line\nbreak", None, float("nan"), "NA", "", "null", "plain", "é ünï"],
+        "mixed": [1, "x", 2.5, None, True, "", 3, "y", 0.1, "z"],
+        "nullable": pd.array([1, None, 3, 4, None, 6, 7, 8, 9, 10], dtype="Int64"),
+        "cat": pd.Categorical(["u", "v"] * 5),
+    })
+    write_csv(df, tmp_path / "ours.csv")
+    df.to_csv(tmp_path / "pandas.csv", index=False)
+    assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
+    write_csv(df.iloc[:0], tmp_path / "empty.csv")
+    assert (tmp_path / "empty.csv").read_text() == ",".join(df.columns) + "\n"
+    back = read_csv(tmp_path, "ours.csv")
+    np.testing.assert_array_equal(back["f64"].to_numpy(), df["f64"].to_numpy())
+    assert back["text"].tolist()[:3] == ["a,b", 'say "x"', "line\nbreak"]
