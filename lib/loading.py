@@ -51,7 +51,7 @@ def prepare(path, spec: InputSpec) -> Analysis:
     light, nodes = read_validated(path, table=True)
     shapes = resolve_input_shapes(light.model, spec)
     fix_input_shapes(light.model, shapes)
-    inf = infer(light.model, lambda: load_full(light.path), lambda: make_feeds(light.model, shapes, spec))
+    inf = infer(light.model, lambda: load_full(light.path), lambda: make_feeds(light.model, shapes, spec), table=nodes)
     return Analysis(_indexed(inf, nodes), shapes, light, spec, inf)
 
 

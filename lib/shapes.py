@@ -29,7 +29,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from .errors import StageError
-from .graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS
+from .graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS, NodeTable
 from .graph import attr as _a
 from .graph import outer_reads
 from .onnx_io import attribute_subgraphs
@@ -362,22 +362,26 @@ def _parse(model: onnx.ModelProto) -> tuple[dict, set[str]]:
     return tensors, other
 
 
-def _wanted(model: onnx.ModelProto, other: set[str]) -> list[str]:
+def _wanted(model: onnx.ModelProto, other: set[str], table=None) -> list[str]:
     """Node outputs that need a shape: read by a node or a graph output (a dead optional output, such as an
-    unused Dropout mask, is never computed), not Constant outputs, not sequence typed."""
+    unused Dropout mask, is never computed), not Constant outputs, not sequence typed. `table`: the graph's
+    NodeTable when the caller read it (200k protobuf nodes are not walked twice)."""
     g = model.graph
-    used = {t for n in g.node for t in n.input} | {o.name for o in g.output}
-    used |= {t for n in g.node if n.op_type in CONTROL_FLOW for t in outer_reads(n)}
-    return [o for n in g.node if n.op_type != "Constant" for o in n.output if o and o not in other and o in used]
+    if table is None or len(table.ops) != len(g.node):
+        table = NodeTable.of(g)
+    used = {t for ins in table.inputs for t in ins} | {o.name for o in g.output}
+    used |= {t for n, op in zip(table.protos, table.ops) if op in CONTROL_FLOW for t in outer_reads(n)}
+    return [o for op, outs in zip(table.ops, table.outputs) if op != "Constant"
+            for o in outs if o and o not in other and o in used]
 
 
-def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4) -> Inferred:
+def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None) -> Inferred:
     """Run the chain on a model whose inputs are fixed. For the execution step only: full_fn() gives the model
-    with its weights, feeds_fn() its inputs."""
+    with its weights, feeds_fn() its inputs. table: the model's NodeTable, when the caller has it."""
     from .graph import TensorInfo, _small_values
     m1 = _checked_infer(model, full_fn)
     tensors, other = _parse(m1)
-    want = _wanted(m1, other)
+    want = _wanted(m1, other, table)
     missing = lambda: [t for t in want if t not in tensors or tensors[t].shape is None]  # noqa: E731
     source: dict[str, str] = {}
     resolved: dict[str, onnx.ValueInfoProto] = {}

@@ -102,7 +102,8 @@ def _check_graph(g: onnx.GraphProto, outer: set[str], where: str, table: NodeTab
     types = {vi.name: vi.type.tensor_type.elem_type for vi in g.input if vi.type.HasField("tensor_type")}
     types.update({t.name: t.data_type for t in g.initializer})
     for i, n in enumerate(table.protos):
-        _check_schema(n, table.inputs[i], table.outputs[i], opsets or {}, types, lambda: f"{where}{_label(g, i)}")
+        _check_schema(n, table.ops[i], table.domains[i], table.inputs[i], table.outputs[i], opsets or {}, types,
+                      lambda: f"{where}{_label(g, i)}")
         for a in n.attribute:
             for sub in attribute_subgraphs(a):
                 _check_graph(sub, everything, f"{where}{_label(g, i)} body {a.name}: ", opsets=opsets)
@@ -143,9 +144,11 @@ def _rules(op: str, domain: str, version: int):
     return s, required, attr_types, [n for n, spec in s.attributes.items() if spec.required], allowed
 
 
-def _check_schema(node, ins: list[str], outs: list[str], opsets: dict, types: dict, label) -> None:
-    domain = "" if node.domain == "ai.onnx" else node.domain
-    rules = _rules(node.op_type, domain, opsets[domain]) if domain in opsets else None
+def _check_schema(node, op_type: str, domain: str, ins: list[str], outs: list[str], opsets: dict, types: dict,
+                  label) -> None:
+    """op_type, domain, ins, outs: the node's, as its NodeTable read them (each protobuf field access costs)."""
+    domain = "" if domain == "ai.onnx" else domain
+    rules = _rules(op_type, domain, opsets[domain]) if domain in opsets else None
     if rules is None:
         return
     s, required, attr_types, required_attrs, allowed = rules
