@@ -14,7 +14,9 @@ other work the cores are taken away for whole scheduler slices, so the model is 
 latency with the cores to itself ("uncontended"), and the CPU share the run got. Then the median and worst
 |predicted/measured - 1| and, for the worst models, which op classes carry the error. With `--rounds N`
 (default 3) stage 01 and the uncontended run are repeated N times, all models in turn, and each measured figure
-is the median of its rounds: this machine's speed drifts by tens of percent within minutes.
+is the median of its rounds; the mean of all runs is printed next to the median (this machine's speed flips
+between two states within seconds, bench/host_speed.py: a median lands in one or the other). The per-class
+tables of the worst models are from the first round.
 Models are built into models/lat/ when missing (random weights, nothing downloaded).
 """
 import json
