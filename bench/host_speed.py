@@ -13,6 +13,7 @@ bench/predict_vs_measured.py judge the latency model against the mean of all run
 """
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -56,6 +57,10 @@ def main():
     p.add_argument("--model", default=None, help="ONNX model (default: models/resnet50.onnx, built when missing)")
     p.add_argument("--seconds", type=float, default=60.0, help="how long to sample (default 60)")
     a = p.parse_args()
+    if a.seconds <= 0:
+        p.error("--seconds must be > 0")
+    if a.model and not Path(a.model).is_file():
+        p.error(f"--model {a.model} not found")
     import onnxruntime as ort
 
     from lib.inputs import InputSpec, make_feeds, resolve_input_shapes

@@ -83,25 +83,30 @@ def _args():
     p.add_argument("--threads", type=int, default=0,
                    help="ORT intra-op threads for stage 01 and the CPU-time run (default 0 = all cores, stage 01's "
                         "default; 1 gives clean CPU-time references on a shared machine: calibrate with --threads 1 too)")
-    return p.parse_args()
+    a = p.parse_args()
+    if a.rounds < 1 or a.runs < 1:
+        p.error("--rounds and --runs must be >= 1")
+    return a
 
 
 MEASURED = ("measured_ms", "kernel_ms", "measured_p10_ms", "uncontended_ms", "cpu_share")   # medians over rounds
 
 
+def _preset(stem: str) -> str | None:
+    shape_args = MODELS[stem][2]
+    return shape_args[shape_args.index("--preset") + 1] if "--preset" in shape_args else None
+
+
 def remeasure(stem: str, a) -> dict:
     """Another round of one model: stage 01 again (02's costs stay) and the uncontended run; measured figures."""
-    from lib.sweep import measure_uncontended, run_stages
-    shape_args = MODELS[stem][2]
-    preset = shape_args[shape_args.index("--preset") + 1] if "--preset" in shape_args else None
+    from lib.sweep import measure_uncontended, measured, run_stages
     rdir = Path(a.results_root) / stem
-    run_stages(model_path(stem), rdir, shape_args, runs=a.runs, threads=a.threads, costs=False)
-    s = json.loads((rdir / "profile_meta.json").read_text())
+    run_stages(model_path(stem), rdir, MODELS[stem][2], runs=a.runs, threads=a.threads, costs=False)
+    s = measured(json.loads((rdir / "profile_meta.json").read_text()))
     u = None if a.no_uncontended else measure_uncontended(model_path(stem), None, str(REPO / "configs" / "workload.yaml"),
-                                                         preset, runs=a.runs, threads=a.threads)
-    return {"measured_ms": s["session_latency"]["median_us"] / 1e3, "measured_mean_ms": s["session_latency"]["mean_us"] / 1e3,
-            "measured_p10_ms": s["session_latency"]["p10_us"] / 1e3,
-            "kernel_ms": s["kernel_time_per_run_us"]["median"] / 1e3,
+                                                         _preset(stem), runs=a.runs, threads=a.threads)
+    return {"measured_ms": s["measured_us"] / 1e3, "measured_mean_ms": s["measured_mean_us"] / 1e3,
+            "measured_p10_ms": s["measured_p10_us"] / 1e3, "kernel_ms": s["kernel_us"] / 1e3,
             "uncontended_ms": u["cpu_us"] / 1e3 if u else np.nan, "cpu_share": u["share"] if u else np.nan}
 
 
@@ -128,8 +133,7 @@ def measure(stem: str, a, lm, peaks, bw: float) -> tuple[dict, pd.DataFrame]:
     from lib.latency_model import ort_node_roles
     from lib.sweep import compare, measure_uncontended, run_stages
     m = model_path(stem)
-    shape_args = MODELS[stem][2]
-    preset = shape_args[shape_args.index("--preset") + 1] if "--preset" in shape_args else None
+    shape_args, preset = MODELS[stem][2], _preset(stem)
     workload = str(REPO / "configs" / "workload.yaml")
     rdir = Path(a.results_root) / stem
     if not (a.reuse and (rdir / "ops_latency.csv").exists() and (rdir / "ops_metrics.csv").exists()):
@@ -207,8 +211,6 @@ def main():
     from lib.sweep import model_roofline
     lm = load_latency_model(a.latency_model)
     peaks, bw = model_roofline(lm, REPO / "configs" / "host.yaml")
-    if a.rounds < 1 or a.runs < 1:
-        sys.exit("--rounds and --runs must be >= 1")
     stems = a.only or list(MODELS)
     first, per_class = {}, {}
     later: dict[str, list[dict]] = {s: [] for s in stems}

@@ -229,6 +229,7 @@ class InModelRuns:
 
         from .artifacts import REPO
         from .export_models import export_encoder, export_torchvision
+        from .sweep import run_stages
         self._tmp = tempfile.TemporaryDirectory(prefix="calib_")
         self.paths = {}
         for name in CALIBRATION_MODELS:
@@ -236,24 +237,17 @@ class InModelRuns:
             if not path.exists():
                 print(f"building calibration model {name} (random weights) ...", flush=True)
                 export_encoder(path, **ENCODERS[name]) if name in ENCODERS else export_torchvision(name, path)
-            self._stage("02_shapes_flops_bytes.py", name)
+            run_stages(path, f"{self._tmp.name}/{name}", [], profile=False)
         return self
 
     def __exit__(self, *exc):
         self._tmp.cleanup()
 
-    def _stage(self, script: str, name: str, *extra: str) -> None:
-        import subprocess
-        import sys
-
-        from .artifacts import REPO
-        subprocess.run([sys.executable, str(REPO / script), "--model", str(self.paths[name]), "--results",
-                        f"{self._tmp.name}/{name}", *extra], check=True, capture_output=True)
-
     def round(self, k: int = 0) -> None:
         from .artifacts import read_csv
+        from .sweep import run_stages
         for name in CALIBRATION_MODELS:
-            self._stage("01_profile_onnx.py", name, "--runs", "10", "--threads", str(self.threads))
+            run_stages(self.paths[name], f"{self._tmp.name}/{name}", [], runs=10, threads=self.threads, costs=False)
             self.latency[name].append(read_csv(f"{self._tmp.name}/{name}", "ops_latency.csv", ("node", "latency_us")))
         print(f"  whole calibration models, round {len(self.latency[CALIBRATION_MODELS[0]])}: "
               f"{', '.join(CALIBRATION_MODELS)}", flush=True)
@@ -340,6 +334,8 @@ def main(argv=None):
         raise StageError(f"host file {a.host} not found (restore configs/host.yaml from git)")
     if a.system and not Path(a.system).exists():
         raise StageError(f"--system {a.system} not found")
+    if a.passes is not None and a.passes < 1:
+        raise StageError("--passes must be >= 1")
     matmul_n = a.matmul_n or (1024 if a.quick else 2048)
     triad_mib = a.triad_mib or (64 if a.quick else 256)
     if a.fit_only:
@@ -367,7 +363,7 @@ def main(argv=None):
     calibrate_latency_model(host, None if a.dry_run else Path(a.out), quick=a.quick,
                             budget_s=a.budget_s if a.budget_s is not None else (6.0 if a.quick else 80.0),
                             target=a.target, threads=a.threads, save_bench=a.save_bench,
-                            passes=max(1, a.passes if a.passes is not None else (1 if a.quick else 3)),
+                            passes=a.passes if a.passes is not None else (1 if a.quick else 3),
                             in_model=not (a.quick or a.skip_in_model))
 
 

@@ -18,7 +18,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .errors import StageError
-from .onnx_io import SUB_BYTE, attribute_subgraphs, elem_size, read_light  # noqa: F401 - elem_size re-exported
+from .onnx_io import SUB_BYTE, attribute_subgraphs, elem_size, read_light
 
 RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 CONTROL_FLOW = {"If", "Loop", "Scan"}

@@ -81,6 +81,18 @@ def fused_mask(metrics: pd.DataFrame, lat: pd.DataFrame) -> tuple[np.ndarray, np
     return m["attribution"].isin(["fused", "not_run"]).to_numpy(), m["fused_into"].fillna("").astype(str).to_numpy()
 
 
+def measured(meta: dict) -> dict:
+    """What stage 01 measured (its profile_meta.json): session latency median, mean and p10, kernel time per
+    run, coverage, input shapes (us)."""
+    s = meta.get("session_latency", {})
+    ident = (meta.get("identity") or {}).get("inputs") or {}
+    return {"measured_us": float(s.get("median_us", np.nan)), "measured_mean_us": float(s.get("mean_us", np.nan)),
+            "measured_p10_us": float(s.get("p10_us", np.nan)),
+            "kernel_us": float((meta.get("kernel_time_per_run_us") or {}).get("median") or np.nan),
+            "coverage": float(meta.get("kernel_time_coverage", np.nan)),
+            "input_shapes": ident.get("input_shapes") or meta.get("inputs", {})}
+
+
 def compare(rdir: str | Path, model, peaks, bw: float, roles_ort: pd.DataFrame | None = None) -> dict:
     """Predicted vs measured totals for one stage 01 + 02 result folder."""
     metrics, lat, meta = load_tables(rdir)
@@ -115,14 +127,7 @@ def compare(rdir: str | Path, model, peaks, bw: float, roles_ort: pd.DataFrame |
         out["predicted_ort_us"] = float(k2.sum() + n2 * model.dispatch.get("per_kernel_us", 0.0)
                                         + model.dispatch.get("fixed_us", 0.0))
     if meta is not None:
-        s = meta.get("session_latency", {})
-        out["measured_us"] = float(s.get("median_us", np.nan))
-        out["measured_mean_us"] = float(s.get("mean_us", np.nan))
-        out["measured_p10_us"] = float(s.get("p10_us", np.nan))
-        out["kernel_us"] = float((meta.get("kernel_time_per_run_us") or {}).get("median") or np.nan)
-        out["coverage"] = float(meta.get("kernel_time_coverage", np.nan))
-        ident = (meta.get("identity") or {}).get("inputs") or {}
-        out["input_shapes"] = ident.get("input_shapes") or meta.get("inputs", {})
+        out.update(measured(meta))
     # the plain roofline, for reference (nodes that run; unknown costs count 0)
     from .latency_model import peak_per_row
     pk = peak_per_row(metrics, peaks)

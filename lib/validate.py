@@ -154,7 +154,7 @@ def _check_schema(node, op_type: str, domain: str, ins: list[str], outs: list[st
     s, required, attr_types, required_attrs, allowed = rules
     for k in required:
         if k >= len(ins) or not ins[k]:
-            raise StageError(f"{label()} lacks its required input {s.inputs[k].name!r} ({node.op_type} needs at "
+            raise StageError(f"{label()} lacks its required input {s.inputs[k].name!r} ({op_type} needs at "
                              f"least {s.min_input} inputs)")
     for k, t in enumerate(ins[:len(allowed)]):
         if t in types and allowed[k] is not None and types[t] and types[t] not in allowed[k]:
@@ -170,19 +170,19 @@ def _check_schema(node, op_type: str, domain: str, ins: list[str], outs: list[st
         want = attr_types.get(name)
         if want is not None and a.type != want:
             raise StageError(f"{label()}: attribute {name!r} has type {onnx.AttributeProto.AttributeType.Name(a.type)}, "
-                             f"the {node.op_type} schema says {onnx.AttributeProto.AttributeType.Name(want)}")
-    _check_bodies(node, given, len(outs), label)
+                             f"the {op_type} schema says {onnx.AttributeProto.AttributeType.Name(want)}")
+    _check_bodies(op_type, given, len(ins), len(outs), label)
 
 
-def _check_bodies(node, given: dict, n_out: int, label) -> None:
+def _check_bodies(op_type: str, given: dict, n_in: int, n_out: int, label) -> None:
     """If branches with as many outputs as the node; a Loop body with 2 + N inputs and 1 + N + K outputs for
     the node's N + K."""
-    if node.op_type == "If":
+    if op_type == "If":
         for b in ("then_branch", "else_branch"):
             if b in given and len(given[b].g.output) != n_out:
                 raise StageError(f"{label()}: {b} has {len(given[b].g.output)} outputs, the If has {n_out}")
-    elif node.op_type == "Loop" and "body" in given:
-        body, carried = given["body"].g, len(node.input) - 2
+    elif op_type == "Loop" and "body" in given:
+        body, carried = given["body"].g, n_in - 2
         if len(body.input) != 2 + carried or len(body.output) != 1 + n_out or n_out < carried:
             raise StageError(f"{label()}: its body has {len(body.input)} inputs and {len(body.output)} outputs for "
                              f"{carried} loop-carried values")

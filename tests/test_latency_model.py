@@ -283,6 +283,7 @@ def test_calibrate_skip_micro_only_touches_host(tmp_path):
     assert not out.exists()
     for args, err in ((["-m", "lib.calibrate", "--host", str(tmp_path / "nope.yaml")], "not found"),
                       (["-m", "lib.calibrate", "--passes", "many"], "invalid int value"),
+                      (["-m", "lib.calibrate", "--host", str(host), "--passes", "0"], "--passes must be >= 1"),
                       (["-m", "lib.sweep", "--model", str(tmp_path / "m.onnx"), "--batches", "0"], "--batches must be"),
                       (["-m", "lib.sweep", "--model", str(tmp_path / "m.onnx"), "--rounds", "0"], "--rounds too")):
         r = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
