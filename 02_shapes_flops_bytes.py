@@ -14,9 +14,9 @@ from lib.artifacts import versions, write_csv, write_json
 from lib.errors import StageError
 from lib.graph import constant_tensors
 from lib.inputs import InputSpec
-from lib.loading import prepare, save_graph
+from lib.loading import prepare, saving_graph
 from lib.metrics import kv_cache, node_metrics, summarize
-from lib.provenance import stamp
+from lib.provenance import new_run_id, stamp
 from lib.units import fmt_bytes, fmt_count
 
 
@@ -53,15 +53,16 @@ def main(argv=None):
     a = cli.parse(p, argv)
     an = prepare(a.model, InputSpec.from_args(a))
     consts = constant_tensors(an.graph)
-    df = node_metrics(an.graph, consts)
-    s = summarize(df)
-    if a.fail_on_unknown and s["unknown_cost_nodes"]:
-        raise StageError(f"{s['unknown_cost_nodes']} nodes have ops of unknown cost: "
-                         + ", ".join(f"{k} x{v}" for k, v in s["unknown_cost_ops"].items()))
+    run_id = new_run_id()
+    with saving_graph(an, a.rdir, run_id, consts):      # on the other core while the metrics are computed
+        df = node_metrics(an.graph, consts)
+        s = summarize(df)
+        if a.fail_on_unknown and s["unknown_cost_nodes"]:
+            raise StageError(f"{s['unknown_cost_nodes']} nodes have ops of unknown cost: "
+                             + ", ".join(f"{k} x{v}" for k, v in s["unknown_cost_ops"].items()))
     s["kv_cache"] = kv_cache(an.graph)
     meta = stamp({"topological_order": "file" if an.graph.file_order else "kahn", "shape_note": an.inferred.executed_note,
-                  **s, "versions": versions()}, an.identity)
-    save_graph(an, a.rdir, meta["run_id"], consts)
+                  **s, "versions": versions()}, an.identity, run_id=run_id)
     write_csv(df, a.rdir / "ops_metrics.csv")
     write_json(meta, a.rdir / "metrics_meta.json")
     report(a.model, an.shapes, s, an.inferred.executed_note)

@@ -14,7 +14,7 @@ system_config.json and workload_profile.json. Reuses stage 02's graph structure 
 """
 from pathlib import Path
 
-from lib import cli
+from lib import cli, parallel
 from lib.artifacts import atomic_path, read_csv, versions, write_csv, write_json
 from lib.boundary_sweep import sweep
 from lib.inputs import InputSpec
@@ -60,17 +60,21 @@ def main(argv=None):
     summ = split_summary(df, base, system)
     ident = metas["merge_meta.json"]["identity"]
     wp = stamp({"latency_source": base["device_a"]["time_source"], "workload": spec.workload}, ident, metas)
-    write_csv(df, a.rdir / "boundaries.csv")
-    write_csv(pareto, a.rdir / "pareto_export.csv")
-    write_json({**pruning_summary(df, rk), "constraints": system.get("constraints"),
-                "feasibility": {"file": a.feasibility, "arch": a.feasibility_arch} if a.feasibility else None},
-               a.rdir / "candidate_pruning.json", indent=None if len(df) > 10_000 else 2)
-    with atomic_path(a.rdir / "split_candidates.tex") as tmp:
-        tmp.write_text(latex_table(top, Path(a.model).name))
-    write_json({**system, "source": a.system, "versions": versions()}, a.rdir / "system_config.json")
-    write_json(stamp(summ, ident, {"workload_profile.json": wp}), a.rdir / "split_summary.json")
-    write_json(stamp(split_model(df, prof, latency, system), ident, {"workload_profile.json": wp}),
-               a.rdir / "split_model.json", indent=None)    # compact, no NaN: the report's JSON.parse reads it
+
+    def large_json():       # one entry per boundary in each
+        write_json({**pruning_summary(df, rk), "constraints": system.get("constraints"),
+                    "feasibility": {"file": a.feasibility, "arch": a.feasibility_arch} if a.feasibility else None},
+                   a.rdir / "candidate_pruning.json", indent=None if len(df) > 10_000 else 2)
+        write_json(stamp(split_model(df, prof, latency, system), ident, {"workload_profile.json": wp}),
+                   a.rdir / "split_model.json", indent=None)    # compact, no NaN: the report's JSON.parse reads it
+
+    with parallel.meanwhile(large_json, inline=len(df) < parallel.MIN_ITEMS):   # on the other core
+        write_csv(df, a.rdir / "boundaries.csv")
+        write_csv(pareto, a.rdir / "pareto_export.csv")
+        with atomic_path(a.rdir / "split_candidates.tex") as tmp:
+            tmp.write_text(latex_table(top, Path(a.model).name))
+        write_json({**system, "source": a.system, "versions": versions()}, a.rdir / "system_config.json")
+        write_json(stamp(summ, ident, {"workload_profile.json": wp}), a.rdir / "split_summary.json")
     write_json(wp, a.rdir / "workload_profile.json")
     print_summary(df, top, pareto, rk, summ)
     print(f"wrote {a.rdir / 'boundaries.csv'}, split_summary.json and the rest")

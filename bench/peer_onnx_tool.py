@@ -11,7 +11,8 @@ Per model, each measured as its own process under /usr/bin/time -v (wall = media
 = median of the runs' "Maximum resident set size"), the runs of the three interleaved:
   - this project: `02_shapes_flops_bytes.py --model M --results <tmp>` (+ `--preset llm-128` for the Hugging
     Face exports); on the synthetic graphs also `03_merge_profile_metrics.py` and `07_split_candidates.py` after it
-    (07 reads 03's table; "07" below is 03 + 07), reported apart and summed;
+    (07 reads 03's table; "07" below is 03 + 07), reported apart and summed. From 10k nodes the stages use
+    the second core (lib/parallel.py); run the bench under NNPERF_SERIAL=1 for one process;
   - onnx-tool: the body of `onnx_tool.model_profile` (load, reorder, shape_infer, profile, per-node CSV),
     inlined in a small driver so that its phases are timed too, run in its own venv bench/.venv-onnx-tool
     (created on first use, pinned below; never a project dependency); killed after --peer-timeout seconds;
@@ -808,9 +809,12 @@ def main():
     r = subprocess.run([PY, "-c", PROJECT_VERSIONS], capture_output=True, text=True)
     out["project_versions"] = r.stdout.strip()
     out["pythonpath"] = os.environ.get("PYTHONPATH")
+    out["serial"] = os.environ.get("NNPERF_SERIAL", "") not in ("", "0")
     out["project_dir"] = str(Path(a.project_dir).resolve())
     print(f"this project: stages of {out['project_dir']}, run by {PY} ({out['project_versions']}"
-          + (f", PYTHONPATH={out['pythonpath']}" if out["pythonpath"] else "") + f"); repeats {a.repeats}; "
+          + (f", PYTHONPATH={out['pythonpath']}" if out["pythonpath"] else "")
+          + f"; {'one process (NNPERF_SERIAL=1)' if out['serial'] else 'a forked child on the second core from 10k nodes'}"
+          + f"); repeats {a.repeats}; "
           f"timings on a shared machine are noisy (provisional)", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="peer_onnx_tool_") as td:

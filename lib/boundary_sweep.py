@@ -35,19 +35,19 @@ def _diff(n: int, start: np.ndarray, end: np.ndarray, weight=None) -> np.ndarray
 
 
 def _open_lists(n: int, first: np.ndarray, last: np.ndarray):
-    """Per boundary, the indices of the intervals that open and close there."""
-    opens: list[list[int]] = [[] for _ in range(n + 1)]
-    closes: list[list[int]] = [[] for _ in range(n + 1)]
-    for k, (a, b) in enumerate(zip(first.tolist(), last.tolist())):
-        opens[a].append(k)
-        closes[b].append(k)
-    return opens, closes
+    """Per boundary b, the indices of the intervals that open and close there: opens[o_ptr[b]:o_ptr[b + 1]] and
+    closes[c_ptr[b]:c_ptr[b + 1]], each in index order (stable sorts, not 2n Python lists)."""
+    out = []
+    for at in (first, last):
+        order = np.argsort(at, kind="stable")
+        out += [order.tolist(), np.searchsorted(at[order], np.arange(n + 1)).tolist()]
+    return out
 
 
 def _names_and_blocks(n, a: GraphArrays, cross, prod, last, skips) -> tuple[list[str], list[str]]:
     """The first MAX_NAMES cut tensors at each boundary, and the longest skip block it sits inside."""
     idx = np.flatnonzero(cross)
-    opens, closes = _open_lists(n, prod[idx], last[idx])
+    opens, o_ptr, closes, c_ptr = _open_lists(n, prod[idx], last[idx])
     t_names = a.t_names[idx].tolist()
     names, inside = [], []
     active: dict[int, None] = {}
@@ -55,9 +55,9 @@ def _names_and_blocks(n, a: GraphArrays, cross, prod, last, skips) -> tuple[list
     heap: list[tuple[int, int, int, str]] = []
     k = 0
     for b in range(n - 1):
-        for j in closes[b]:
+        for j in closes[c_ptr[b]:c_ptr[b + 1]]:
             active.pop(j, None)
-        for j in opens[b]:
+        for j in opens[o_ptr[b]:o_ptr[b + 1]]:
             active[j] = None
         shown = ";".join(t_names[j] for j in islice(active, MAX_NAMES))
         names.append(shown + (f";...(+{len(active) - MAX_NAMES})" if len(active) > MAX_NAMES else ""))

@@ -11,7 +11,6 @@ import math
 from collections import ChainMap
 from collections.abc import Container
 from dataclasses import dataclass, field
-from itertools import chain
 
 import numpy as np
 import onnx
@@ -89,9 +88,9 @@ class NodeTable:
 
     @classmethod
     def of(cls, graph: onnx.GraphProto) -> "NodeTable":
-        protos = list(graph.node)
+        protos = list(graph.node)     # [:] of a repeated field is a list, and cheaper than list()
         return cls(protos, [n.op_type for n in protos], [n.domain for n in protos], [n.name for n in protos],
-                   [list(n.input) for n in protos], [list(n.output) for n in protos])
+                   [n.input[:] for n in protos], [n.output[:] for n in protos])
 
     def views(self, order: list[int]) -> list[NodeView]:
         return [NodeView(self.protos[i], self.ops[i], self.domains[i], self.names[i], self.inputs[i], self.outputs[i])
@@ -168,12 +167,22 @@ def tensor_info(vi) -> TensorInfo | None:
     return TensorInfo(shape, tt.elem_type)
 
 
-def _tensor_infos(g: onnx.GraphProto) -> dict[str, TensorInfo]:
+def _tensor_infos(g: onnx.GraphProto, other: set[str] | None = None) -> dict[str, TensorInfo]:
+    """TensorInfo per typed tensor; `other` collects the value_info names typed as something else (sequences).
+    Tensors of one type and shape share one (never mutated) TensorInfo, found by the TypeProto's bytes:
+    serialising it costs a fifth of reading its fields, and graphs repeat few types."""
     out: dict[str, TensorInfo] = {}
-    for vi in chain(g.input, g.value_info, g.output):
-        info = tensor_info(vi)
-        if info is not None:
-            out[vi.name] = info
+    by_type: dict[bytes, TensorInfo | None] = {}
+    for k, vis in enumerate((g.input, g.value_info, g.output)):
+        for vi in vis:
+            key = vi.type.SerializeToString()
+            info = by_type.get(key, by_type)
+            if info is by_type:
+                info = by_type[key] = tensor_info(vi)
+            if info is not None:
+                out[vi.name] = info
+            elif k == 1 and other is not None and vi.type.WhichOneof("value") is not None:
+                other.add(vi.name)
     for t in g.initializer:
         out[t.name] = TensorInfo(list(t.dims), t.data_type)
     for n in g.node:  # Constant outputs: shape from the attribute, even when inference left them out
@@ -301,10 +310,11 @@ def build_graph(model: onnx.ModelProto, outer_scope: Container[str] = frozenset(
     table = table or NodeTable.of(g)
     inits = initializer_names(g)
     implicit_all = {i: outer_reads(table.protos[i]) for i, op in enumerate(table.ops) if op in CONTROL_FLOW}
-    ins = [[t for t in is_ if t] for is_ in table.inputs]
+    # without "" (an absent optional input); lists without one are shared with the table (neither is changed)
+    ins = [is_ if all(is_) else [t for t in is_ if t] for is_ in table.inputs]
     for i, extra in implicit_all.items():
         ins[i] = ins[i] + extra
-    outs = [[o for o in os_ if o] for os_ in table.outputs]
+    outs = [os_ if all(os_) else [o for o in os_ if o] for os_ in table.outputs]
     names = unique_names(table.names, table.ops)
     order, file_order = _topological(ins, outs, inits | {i.name for i in g.input}, names, outer_scope)
     if not file_order:

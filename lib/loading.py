@@ -4,18 +4,20 @@ the later stages (04, 05, 07, 08, 10) load that instead of inferring again, afte
 the model and input spec they were given."""
 from __future__ import annotations
 
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
 
+from . import parallel
 from .artifacts import atomic_path
 from .errors import StageError
 from .graph import CONTROL_FLOW, Graph, GraphArrays, NodeTable, build_graph, graph_arrays
 from .inputs import InputSpec, fix_input_shapes, make_feeds, resolve_input_shapes
 from .onnx_io import LightModel, read_light
 from .provenance import Results, identity
-from .shapes import Inferred, infer, load_full
+from .shapes import Inferred, inference_ahead, infer, load_full
 from .validate import validate
 
 GRAPH_FILE = "graph.onnx"
@@ -38,20 +40,24 @@ class Analysis:
         return make_feeds(self.light.model, self.shapes, self.spec)
 
 
-def read_validated(path, table: bool = False):
-    """The light model, validated (and its NodeTable, read once, when asked)."""
+def read_validated(path) -> LightModel:
+    """The light model, validated."""
     light = read_light(path)
-    nodes = NodeTable.of(light.model.graph)
-    validate(light.model, nodes)
-    return (light, nodes) if table else light
+    validate(light.model, NodeTable.of(light.model.graph))
+    return light
 
 
 def prepare(path, spec: InputSpec) -> Analysis:
     """Load, validate, fix input shapes (overrides > preset > workload > the file's own), infer, index."""
-    light, nodes = read_validated(path, table=True)
-    shapes = resolve_input_shapes(light.model, spec)
-    fix_input_shapes(light.model, shapes)
-    inf = infer(light.model, lambda: load_full(light.path), lambda: make_feeds(light.model, shapes, spec), table=nodes)
+    light = read_light(path)
+    fix = lambda m: fix_input_shapes(m, resolve_input_shapes(m, spec))  # noqa: E731
+    with inference_ahead(light.model, fix) as ahead:      # on the other core while this one validates
+        nodes = NodeTable.of(light.model.graph)
+        validate(light.model, nodes)
+        shapes = resolve_input_shapes(light.model, spec)
+        fix_input_shapes(light.model, shapes)
+        inf = infer(light.model, lambda: load_full(light.path), lambda: make_feeds(light.model, shapes, spec),
+                    table=nodes, ahead=ahead())
     return Analysis(_indexed(inf, nodes), shapes, light, spec, inf)
 
 
@@ -77,17 +83,30 @@ def graph_of(model: onnx.ModelProto, spec: InputSpec | None = None) -> Graph:
     return _indexed(infer(light, lambda: light, lambda: make_feeds(light, shapes, spec)))
 
 
-def save_graph(an: Analysis, rdir: Path, run_id: str, consts: set[str]) -> None:
+@contextmanager
+def saving_graph(an: Analysis, rdir: Path, run_id: str, consts: set[str]):
     """The inferred graph (weights stripped, tagged with the run of stage 02 that made it) for 08 and 10, and
-    its structure as arrays for 04, 05 and 07."""
-    m = an.inferred.model
-    del m.metadata_props[:]
-    m.metadata_props.add(key="nn-perf:run_id", value=run_id)
-    with atomic_path(Path(rdir) / GRAPH_FILE) as tmp:
-        tmp.write_bytes(m.SerializeToString())
-    with atomic_path(Path(rdir) / ARRAYS_FILE) as tmp:
-        with open(tmp, "wb") as f:
-            graph_arrays(an.graph, consts, run_id).save(f)
+    its structure as arrays for 04, 05 and 07: written by a forked child (lib/parallel.py) while the block
+    computes the metrics, and put in place when the block succeeds (nothing is, when it fails: not even the
+    results folder, when this run made it)."""
+    rdir = Path(rdir)
+    fresh = not rdir.exists()
+    try:
+        with atomic_path(rdir / GRAPH_FILE) as graph_tmp, atomic_path(rdir / ARRAYS_FILE) as arrays_tmp:
+            def save():
+                m = an.inferred.model
+                del m.metadata_props[:]
+                m.metadata_props.add(key="nn-perf:run_id", value=run_id)
+                graph_tmp.write_bytes(m.SerializeToString())
+                with open(arrays_tmp, "wb") as f:
+                    graph_arrays(an.graph, consts, run_id).save(f)
+            with parallel.meanwhile(save, inline=len(an.graph.nodes) < parallel.MIN_ITEMS):
+                yield
+    except BaseException:
+        if fresh:
+            with suppress(OSError):
+                rdir.rmdir()
+        raise
 
 
 def checked(rdir: Path, model_path, spec: InputSpec | None = None) -> tuple[Results, InputSpec]:

@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from . import parallel
 from .control_flow import cost_note
 from .errors import StageError
 from .graph import CONTROL_FLOW, Graph, constant_tensors, dtype_name, shape_tensors
@@ -85,33 +86,39 @@ def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
     consts = constant_tensors(g) if consts is None else consts
     shp = shape_tensors(g, consts)
     stored, folded = stored_bytes(g, consts)
-    tensors, source = g.tensors, _sources(g, consts)
+    tensors = g.tensors
     outputs = set(g.graph_outputs)      # an output no node reads is dead (never computed), not written bytes
     layers = _layers(g)
-    rows = []
-    for pos, (n, ins, outs) in enumerate(zip(g.views, g.node_inputs, g.node_outputs)):
-        op = lookup(n)
-        cost = None if op is None else op.cost(n, g)
-        if pos in folded:
-            act_in, act_out, w = 0, 0, 0
-        else:
-            act_in = _bytes(tensors, [t for t in ins if t not in consts])
-            act_out = _bytes(tensors, [o for o in outs if o in g.consumers or o in outputs])
-            w = sum(stored.get(t, 0) for t in ins if t in consts)
-        main = tensors.get(outs[0]) if outs else None
-        if main is None or n.op_type in ("QuantizeLinear", "Cast"):
-            main = (tensors.get(n.input[0]) if n.input else None) or main
-        macs = np.nan if cost is None else cost[1]
-        rows.append((
-            g.names[pos], op_key(n), pos, np.nan if cost is None else cost[0], macs,
-            np.nan if act_in is None else act_in, np.nan if act_out is None else act_out, w,
-            dtype_name(main.elem_type) if main is not None else "unknown", _shapes_text(tensors, outs),
-            cost is not None, act_in is not None and act_out is not None,
-            n.op_type in SHAPE_OPS or bool(outs) and all(o in shp for o in outs),
-            "other" if op is None else (op.op_class(n, g) if callable(op.op_class) else op.op_class),
-            # integer MACs stay MACs: the element type they are done in (the weight operand's)
-            _mac_dtype(n, g) if cost is not None and macs > 0 else "",
-            source[pos], cost_note(n, g) if n.op_type in CONTROL_FLOW else "", layers[pos]))
+
+    def row_range(lo: int, hi: int) -> list[tuple]:
+        out = []
+        for pos in range(lo, hi):
+            n, ins, outs = g.views[pos], g.node_inputs[pos], g.node_outputs[pos]
+            op = lookup(n)
+            cost = None if op is None else op.cost(n, g)
+            if pos in folded:
+                act_in, act_out, w = 0, 0, 0
+            else:
+                act_in = _bytes(tensors, [t for t in ins if t not in consts])
+                act_out = _bytes(tensors, [o for o in outs if o in g.consumers or o in outputs])
+                w = sum(stored.get(t, 0) for t in ins if t in consts)
+            main = tensors.get(outs[0]) if outs else None
+            if main is None or n.op_type in ("QuantizeLinear", "Cast"):
+                main = (tensors.get(n.input[0]) if n.input else None) or main
+            macs = np.nan if cost is None else cost[1]
+            out.append((
+                g.names[pos], op_key(n), pos, np.nan if cost is None else cost[0], macs,
+                np.nan if act_in is None else act_in, np.nan if act_out is None else act_out, w,
+                dtype_name(main.elem_type) if main is not None else "unknown", _shapes_text(tensors, outs),
+                cost is not None, act_in is not None and act_out is not None,
+                n.op_type in SHAPE_OPS or bool(outs) and all(o in shp for o in outs),
+                "other" if op is None else (op.op_class(n, g) if callable(op.op_class) else op.op_class),
+                # integer MACs stay MACs: the element type they are done in (the weight operand's)
+                _mac_dtype(n, g) if cost is not None and macs > 0 else "",
+                _source(g, consts, outs, outputs), cost_note(n, g) if n.op_type in CONTROL_FLOW else "", layers[pos]))
+        return out
+
+    rows = parallel.halves(row_range, len(g.views))     # two cores on a large graph: rows are independent
     df = pd.DataFrame.from_records(rows, columns=METRIC_COLUMNS)
     _refuse_unreal(df)
     return df
@@ -149,27 +156,22 @@ def _shapes_text(tensors, outs) -> str:
     return ";".join(parts)
 
 
-def _sources(g: Graph, consts: set[str]) -> list[str]:
-    """Where each node's output shapes came from: the least direct method any output needed (onnx, ort,
-    values, executed), constant for constant folding, unknown when a shape is missing."""
-    order = ("unknown", "executed", "values", "ort", "onnx")
-    src = g.shape_source
-    graph_outputs = set(g.graph_outputs)
-    out = []
-    for outs in g.node_outputs:
-        outs = [o for o in outs if o in g.consumers or o in graph_outputs] or outs   # dead outputs aside
-        if not outs:
-            out.append("")
-            continue
-        if all(o in consts for o in outs):
-            out.append("constant")
-            continue
-        seen = set()
-        for o in outs:
-            info = g.tensors.get(o)
-            seen.add("unknown" if info is None or info.shape is None else src.get(o, "onnx"))
-        out.append(next(s for s in order if s in seen))
-    return out
+SOURCE_ORDER = ("unknown", "executed", "values", "ort", "onnx")
+
+
+def _source(g: Graph, consts: set[str], outs: list[str], graph_outputs: set[str]) -> str:
+    """Where a node's output shapes came from: the least direct method any output needed (onnx, ort, values,
+    executed), constant for constant folding, unknown when a shape is missing."""
+    outs = [o for o in outs if o in g.consumers or o in graph_outputs] or outs   # dead outputs aside
+    if not outs:
+        return ""
+    if all(o in consts for o in outs):
+        return "constant"
+    seen = set()
+    for o in outs:
+        info = g.tensors.get(o)
+        seen.add("unknown" if info is None or info.shape is None else g.shape_source.get(o, "onnx"))
+    return next(s for s in SOURCE_ORDER if s in seen)
 
 
 KV_NAMES = re.compile(r"(past|present|cache|kv)", re.I)

@@ -39,10 +39,15 @@ def graph_hash(model, recorded: dict) -> str:
     return read_light(p).graph_sha256
 
 
-def stamp(meta: dict, ident: dict, upstream: dict[str, dict] | None = None, absent: list[str] = ()) -> dict:
-    """meta + run id, identity and the run ids of the metas it was made from; `absent`: artifacts it would
-    have used but that did not exist (when one appears later, this meta is stale)."""
-    return {"run_id": uuid.uuid4().hex, "identity": ident,
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def stamp(meta: dict, ident: dict, upstream: dict[str, dict] | None = None, absent: list[str] = (),
+          run_id: str | None = None) -> dict:
+    """meta + run id (a new one unless given), identity and the run ids of the metas it was made from; `absent`:
+    artifacts it would have used but that did not exist (when one appears later, this meta is stale)."""
+    return {"run_id": run_id or new_run_id(), "identity": ident,
             "upstream": {name: m["run_id"] for name, m in (upstream or {}).items()}, "absent": list(absent), **meta}
 
 

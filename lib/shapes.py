@@ -17,10 +17,13 @@ import importlib.util
 import json
 import logging
 import math
+import os
+import pickle
 import re
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from itertools import chain
 from pathlib import Path
 
@@ -28,6 +31,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
+from . import parallel
 from .errors import StageError
 from .graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS, NodeTable
 from .graph import attr as _a
@@ -66,12 +70,49 @@ def _nesting_depth(g: onnx.GraphProto) -> int:
     return 1 + max(map(_nesting_depth, subs)) if subs else 0
 
 
+def _strict_infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    return shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+
+
+@contextmanager
+def inference_ahead(model: onnx.ModelProto, prepare_fn):
+    """onnx's strict inference of `model` as prepare_fn(model) leaves it (inputs fixed), and the reading of its
+    shapes, started at once in a forked child (lib/parallel.py) while the caller validates the model and fixes
+    its inputs. Yields a function that waits for it: (the inferred model, _parse() of it), or None when the
+    child failed or did not run (small graph, one core), so that infer() runs the inference itself, with its
+    fallbacks and messages. onnx's inference holds the GIL: a thread would not overlap."""
+    if len(model.graph.node) < parallel.MIN_ITEMS or not parallel.available():
+        yield lambda: None
+        return
+    fd, path = tempfile.mkstemp(prefix="nnperf_infer_", suffix=".pkl")
+    os.close(fd)
+
+    def child():
+        prepare_fn(model)       # the child's copy of the model
+        inferred = _strict_infer(model)
+        with open(path, "wb") as f:     # TensorInfos of one type are one object: pickled once
+            pickle.dump((inferred.SerializeToString(), *_parse(inferred)), f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def result():
+        if not c.wait():
+            return None
+        with open(path, "rb") as f:
+            data, tensors, other = pickle.load(f)
+        return onnx.ModelProto.FromString(data), tensors, other
+
+    try:
+        with parallel.Child(child) as c:
+            yield result
+    finally:
+        os.unlink(path)
+
+
 def _checked_infer(model: onnx.ModelProto, full_fn) -> onnx.ModelProto:
     """onnx's inference in strict mode; where it finds an error (a type or attribute an op cannot take), the
     model is refused when ONNX Runtime refuses to load it too, else (an export that is not checker-clean but
     runs) analysed with the lenient inference."""
     try:
-        return shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+        return _strict_infer(model)
     except Exception as e:  # noqa: BLE001
         strict = " ".join(str(e).split())[:300]
     lenient = _onnx_infer(model)
@@ -356,9 +397,8 @@ class Inferred:
 def _parse(model: onnx.ModelProto) -> tuple[dict, set[str]]:
     """TensorInfo of every typed tensor of the main graph, and the names typed as something else (sequences)."""
     from .graph import _tensor_infos
-    g = model.graph
-    tensors = _tensor_infos(g)
-    other = {vi.name for vi in g.value_info if vi.type.WhichOneof("value") not in (None, "tensor_type")}
+    other: set[str] = set()
+    tensors = _tensor_infos(model.graph, other)
     return tensors, other
 
 
@@ -375,12 +415,16 @@ def _wanted(model: onnx.ModelProto, other: set[str], table=None) -> list[str]:
             for o in outs if o and o not in other and o in used]
 
 
-def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None) -> Inferred:
+def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None, ahead=None) -> Inferred:
     """Run the chain on a model whose inputs are fixed. For the execution step only: full_fn() gives the model
-    with its weights, feeds_fn() its inputs. table: the model's NodeTable, when the caller has it."""
+    with its weights, feeds_fn() its inputs. table: the model's NodeTable, when the caller has it; ahead: what
+    inference_ahead() gave (onnx's strict inference of the model, and its shapes)."""
     from .graph import TensorInfo, _small_values
-    m1 = _checked_infer(model, full_fn)
-    tensors, other = _parse(m1)
+    if ahead is not None:
+        m1, tensors, other = ahead
+    else:
+        m1 = _checked_infer(model, full_fn)
+        tensors, other = _parse(m1)
     want = _wanted(m1, other, table)
     missing = lambda: [t for t in want if t not in tensors or tensors[t].shape is None]  # noqa: E731
     source: dict[str, str] = {}
@@ -393,19 +437,21 @@ def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None)
                 tensors[t], source[t], resolved[t] = TensorInfo(_shape_of(vi), vi.type.tensor_type.elem_type), how, vi
 
     values = _small_values(model.graph)
-    if missing() or _needs_values(model):
+    control_flow = _needs_values(model, table)
+    if missing() or control_flow:
         _propagate(model, tensors, values, add)
     if missing():
         m2 = _ort_symbolic(model)
         add(known_shapes(m2) if m2 is not None else {}, "ort")
     note = ""
-    if missing() or _unknown_conditions(model, values):
+    if missing() or control_flow and _unknown_conditions(model, values):
         note = _execute_step(full_fn, feeds_fn, values, missing(), add)
     if resolved:
         keep = [vi for vi in m1.graph.value_info if vi.name not in resolved]
         del m1.graph.value_info[:]
         m1.graph.value_info.extend(keep + list(resolved.values()))
-    _taken_branches(model, full_fn, feeds_fn, tensors, source, values, depth)
+    if control_flow:        # (a graph without If has no branch to take: 200k protobuf nodes not walked again)
+        _taken_branches(model, full_fn, feeds_fn, tensors, source, values, depth)
     return Inferred(m1, tensors, source, values, note)
 
 
@@ -459,8 +505,10 @@ def _inline_taken(model: onnx.ModelProto, values: dict) -> onnx.ModelProto | Non
     return m
 
 
-def _needs_values(model: onnx.ModelProto) -> bool:
-    return any(n.op_type in CONTROL_FLOW for n in model.graph.node)
+def _needs_values(model: onnx.ModelProto, table=None) -> bool:
+    """The graph has control flow (its conditions and trip counts need values); from `table` when given."""
+    ops = table.ops if table is not None and len(table.ops) == len(model.graph.node) else (n.op_type for n in model.graph.node)
+    return any(op in CONTROL_FLOW for op in ops)
 
 
 def _propagate(model, tensors, values, add, rounds: int = 64) -> None:

@@ -152,20 +152,37 @@ def baselines(prof: pd.DataFrame, latency: np.ndarray | None, system: dict) -> d
 
 
 class Reasons:
-    """Why each boundary is pruned: (rule code, text) pairs; the codes are what summaries count."""
+    """Why each boundary is pruned: (rule code, text) pairs in the order the rules flag them; the codes are
+    what summaries count. Kept per rule (the flagged positions and their texts) and joined per boundary at the
+    end with object-array arithmetic: a 200k-boundary graph has 200k reasons."""
 
     def __init__(self, n: int):
-        self.items: list[list[tuple[str, str]]] = [[] for _ in range(n)]
+        self.n = n
+        self.rules: list[tuple[str, np.ndarray, np.ndarray]] = []     # code, positions, texts
+        self.pruned = np.zeros(n, dtype=bool)
 
     def flag(self, mask, code: str, text) -> None:
-        for i in np.flatnonzero(np.asarray(mask)):
-            self.items[i].append((code, text(i) if callable(text) else text))
+        """text: one text for all, or a function of the flagged positions giving a text for each."""
+        idx = np.flatnonzero(np.asarray(mask))
+        if idx.size:
+            texts = np.full(idx.size, text, dtype=object) if isinstance(text, str) else np.asarray(text(idx), dtype=object)
+            self.rules.append((code, idx, texts))
+            self.pruned[idx] = True
+
+    def _joined(self, sep: str, codes: bool) -> list[str]:
+        out = np.full(self.n, "", dtype=object)
+        has = np.zeros(self.n, dtype=bool)
+        for code, idx, texts in self.rules:
+            add = np.full(idx.size, code, dtype=object) if codes else texts
+            out[idx] = np.where(has[idx], out[idx] + sep + add, add)
+            has[idx] = True
+        return out.tolist()
 
     def codes(self) -> list[str]:
-        return [";".join(c for c, _ in r) for r in self.items]
+        return self._joined(";", codes=True)
 
     def texts(self) -> list[str]:
-        return ["; ".join(t for _, t in r) for r in self.items]
+        return self._joined("; ", codes=False)
 
 
 def _constraint_rules(df: pd.DataFrame, system: dict, reasons: Reasons) -> None:
@@ -176,24 +193,25 @@ def _constraint_rules(df: pd.DataFrame, system: dict, reasons: Reasons) -> None:
         lim = c.get(key)
         if lim is not None:
             v = df[col].to_numpy()
-            reasons.flag(v > float(lim), key, lambda i, v=v, col=col, lim=lim, unit=unit:
-                         f"{col} {v[i]:.4g} {unit} > {float(lim):.4g}")
+            reasons.flag(v > float(lim), key, lambda idx, v=v, col=col, lim=lim, unit=unit:
+                         [f"{col} {x:.4g} {unit} > {float(lim):.4g}" for x in v[idx].tolist()])
     if c.get("rate_hz"):
         need = df["comm_bytes"].to_numpy() * float(c["rate_hz"])
         bw = float(system["link"]["bandwidth_bytes_per_s"])
-        reasons.flag(need > bw, "rate_hz", lambda i: f"needs {need[i]:.3g} B/s at {c['rate_hz']} Hz > link {bw:.3g} B/s")
+        reasons.flag(need > bw, "rate_hz", lambda idx: [f"needs {x:.3g} B/s at {c['rate_hz']} Hz > link {bw:.3g} B/s"
+                                                         for x in need[idx].tolist()])
 
 
 def _static_rules(df: pd.DataFrame, r: dict, reasons: Reasons) -> None:
     share = float(r.get("min_compute_share", 0.0))
     left = df["compute_share_left"].to_numpy()
     reasons.flag((left < share) | (1 - left < share), "compute_share",
-                 lambda i: f"compute share {min(left[i], 1 - left[i]):.1%} < {share:.0%} on one side")
+                 lambda idx: [f"compute share {min(x, 1 - x):.1%} < {share:.0%} on one side" for x in left[idx].tolist()])
     if "left_graph_outputs" in df:
         reasons.flag((df["n_cut_tensors"] == 0) & (df["left_graph_outputs"] == 0), "nothing_crosses",
                      "nothing crosses: no cut tensor and no graph output finished on the left")
     blocks = df["skip_block"].to_numpy(dtype=object)
-    reasons.flag(blocks != "", "skip_block", lambda i: f"inside skip block ({blocks[i]})")
+    reasons.flag(blocks != "", "skip_block", lambda idx: "inside skip block (" + blocks[idx] + ")")
     if r.get("strict"):
         reasons.flag(~df["strict_ok"], "strict", "strict: right part needs activations produced before the cut node")
 
@@ -204,15 +222,14 @@ def prune_and_rank(df: pd.DataFrame, system: dict, feasibility: dict[int, str] |
     reasons = Reasons(len(df))
     _static_rules(df, r, reasons)
     _constraint_rules(df, system, reasons)
-    for b, why in (feasibility or {}).items():
-        if 0 <= b < len(df):
-            reasons.items[b].append(("hailo", why))
+    hailo = {b: why for b, why in (feasibility or {}).items() if 0 <= b < len(df)}
+    reasons.flag(np.isin(np.arange(len(df)), list(hailo)), "hailo", lambda idx: [hailo[b] for b in idx.tolist()])
     df["score"] = score(df, r.get("weights", {}))
-    ok = np.array([not x for x in reasons.items], dtype=bool)
+    ok = ~reasons.pruned
     df["pareto_layer"] = pareto_layers(df["est_latency_us"].to_numpy(float), df["est_energy_j"].to_numpy(float), ok)
     order = ranking_order(df, r.get("by", "score"))
     df["rank"] = _rank(df, order, int(r.get("dedup_window", 0)), reasons)
-    df["pruned"] = pd.Series([bool(x) for x in reasons.items], index=df.index, dtype=bool)
+    df["pruned"] = pd.Series(reasons.pruned, index=df.index, dtype=bool)
     df["reason"] = pd.Series(reasons.texts(), index=df.index, dtype=str)
     df["pruned_by"] = pd.Series(reasons.codes(), index=df.index, dtype=str)
     return df
@@ -260,18 +277,22 @@ def _rank(df: pd.DataFrame, order: np.ndarray, window: int, reasons: Reasons) ->
     as its near-duplicate."""
     best_near = np.full(len(df), -1)
     rank = np.full(len(df), np.nan)
+    pruned = reasons.pruned.tolist()
+    near = np.zeros(len(df), dtype=bool)
     k = 0
-    for i in order:
-        if reasons.items[i]:
+    for i in order.tolist():
+        if pruned[i]:
             continue
         if best_near[i] >= 0:
-            reasons.items[i].append(("near_duplicate", f"near-duplicate of boundary {best_near[i]} (window {window})"))
+            near[i] = True
             continue
         k += 1
         rank[i] = k
         lo, hi = max(0, i - window), min(len(df), i + window + 1)
         sl = best_near[lo:hi]
         sl[sl < 0] = i
+    reasons.flag(near, "near_duplicate", lambda idx: [f"near-duplicate of boundary {b} (window {window})"
+                                                      for b in best_near[idx].tolist()])
     return rank
 
 
@@ -496,7 +517,7 @@ def split_model(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None
                         "ec": _compact(ec), "em": _compact(em), "ovh_us": _compact(ovh)}
     rk = system.get("ranking", {})
     static = [";".join(c for c in codes.split(";") if c and c not in DYNAMIC_RULES and c != "near_duplicate")
-              for codes in df["pruned_by"]]
+              for codes in df["pruned_by"].tolist()]
     return {"nodes": {"n": len(prof), "flops": _nullable(flops), "bytes": _nullable(nbytes),
                       "latency_a_us": _nullable(np.nan_to_num(np.asarray(latency, dtype=float), nan=0.0))
                       if latency is not None else None},
@@ -506,9 +527,9 @@ def split_model(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None
             "constraints": {k: (None if v is None else float(v)) for k, v in (system.get("constraints") or {}).items()},
             "ranking": {"by": rk.get("by", "score"), "weights": check_weights(rk.get("weights", {}) or {}),
                         "dedup_window": int(rk.get("dedup_window", 0)), "top_k": int(rk.get("top_k", 10))},
-            "boundaries": {"after_node": list(df["after_node"]), "after_layer": list(df["after_layer"]),
-                           "n_cut_tensors": [int(v) for v in df["n_cut_tensors"]],
-                           "comm_bytes": [float(v) for v in df["comm_bytes"]], "static_pruned_by": static}}
+            "boundaries": {"after_node": df["after_node"].tolist(), "after_layer": df["after_layer"].tolist(),
+                           "n_cut_tensors": df["n_cut_tensors"].to_numpy(np.int64).tolist(),
+                           "comm_bytes": df["comm_bytes"].to_numpy(float).tolist(), "static_pruned_by": static}}
 
 
 def print_summary(df: pd.DataFrame, top: pd.DataFrame, pareto: pd.DataFrame, rk: dict, summ: dict) -> None:

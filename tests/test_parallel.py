@@ -1,0 +1,116 @@
+"""The second core (lib/parallel.py): a forked child computes half the rows, formats half a CSV, runs onnx's
+strict inference ahead, or writes files meanwhile. Each must give exactly what the single-process path gives,
+also when the child fails, and leave nothing behind when the stage fails. The thresholds are lowered here so
+that tiny graphs take the forked paths that large ones take."""
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import make_model, tensor, weight
+from lib import artifacts, parallel
+from lib.inputs import InputSpec
+from lib.loading import prepare, saving_graph
+from lib.metrics import node_metrics
+from test_integrity import batch_cnn
+
+needs_fork = pytest.mark.skipif(not parallel.available(), reason="needs fork and two cores")
+PARENT = os.getpid()
+
+
+def fails_in_child(fn):
+    """fn, except that it raises in a forked child (the parent must then do the child's part itself)."""
+    def wrapped(*args):
+        if os.getpid() != PARENT:
+            raise RuntimeError("the child fails")
+        return fn(*args)
+    return wrapped
+
+
+@needs_fork
+def test_halves_give_what_one_process_gives():
+    rows = lambda lo, hi: [(i, f"n{i}", i * 0.5) for i in range(lo, hi)]  # noqa: E731
+    assert parallel.halves(rows, 101, min_n=0) == rows(0, 101)
+    assert parallel.halves(fails_in_child(rows), 101, min_n=0) == rows(0, 101)
+    assert parallel.halves(rows, 1, min_n=0) == rows(0, 1)
+
+
+@needs_fork
+def test_meanwhile_runs_the_work_once_and_again_here_when_the_child_failed(tmp_path):
+    out = tmp_path / "f.txt"
+    with parallel.meanwhile(lambda: out.write_text("child")):
+        pass
+    assert out.read_text() == "child"
+    done = []
+    with parallel.meanwhile(fails_in_child(lambda: done.append(os.getpid()))):
+        pass
+    assert done == [PARENT]
+
+
+@needs_fork
+@pytest.mark.parametrize("child_fails", [False, True])
+def test_csv_halves_give_the_bytes_of_one_process(tmp_path, monkeypatch, child_fails):
+    """A frame past the fork threshold: the two halves joined are pandas' bytes, also when the child dies."""
+    rng = np.random.default_rng(0)
+    n = 1_001
+    df = pd.DataFrame({"node": [f"n,{i}" if i % 97 == 0 else f"n{i}" for i in range(n)],
+                       "flops": rng.random(n) * 1e9, "bytes": rng.integers(0, 2**40, n),
+                       "ok": rng.random(n) > 0.5, "note": [None if i % 3 else "x" for i in range(n)]})
+    df.loc[5, "flops"] = np.nan
+    monkeypatch.setattr(parallel, "MIN_ITEMS", 10)
+    monkeypatch.setattr(artifacts, "CSV_SLICE", 97)      # several slices in each half
+    if child_fails:
+        monkeypatch.setattr(artifacts, "_write_rows", fails_in_child(artifacts._write_rows))
+    artifacts.write_csv(df, tmp_path / "ours.csv")
+    df.to_csv(tmp_path / "pandas.csv", index=False)
+    assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ours.csv", "pandas.csv"]    # no part file left
+
+
+def _analysis(tmp_path, monkeypatch, min_items):
+    monkeypatch.setattr(parallel, "MIN_ITEMS", min_items)
+    batch_cnn(tmp_path / "cnn.onnx")
+    return prepare(tmp_path / "cnn.onnx", InputSpec({"x": [4, 3, 16, 16]}))
+
+
+def _metrics(tmp_path, monkeypatch, min_items):
+    return node_metrics(_analysis(tmp_path, monkeypatch, min_items).graph)
+
+
+@needs_fork
+def test_inference_ahead_and_forked_metrics_match_one_process(tmp_path, monkeypatch):
+    """onnx's strict inference run by the child on its own copy (inputs fixed there too) and the metrics rows
+    computed in halves give the table the single-process path gives: batch 4 from the spec, not the file's N."""
+    a, b = _metrics(tmp_path, monkeypatch, 1), _metrics(tmp_path, monkeypatch, 10**9)
+    pd.testing.assert_frame_equal(a, b)
+    assert a.loc[a["node"] == "conv1", "out_shapes"].item() == "4x8x16x16"
+    assert a.loc[a["node"] == "conv1", "macs"].item() == 4 * 8 * 16 * 16 * 3 * 9
+
+
+@needs_fork
+def test_inference_ahead_refused_model_gives_the_one_line_error(tmp_path, monkeypatch):
+    """A model onnx's strict inference rejects: the child fails, the parent's own inference gives the error."""
+    from onnx import helper
+    from lib.errors import StageError
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]      # 3 x 5 @ 7 x 2: cannot multiply
+    path = tmp_path / "bad.onnx"
+    make_model(nodes, [tensor("x", [3, 5])], [tensor("y", None)], [weight("w", (7, 2))], path=path)
+    monkeypatch.setattr(parallel, "MIN_ITEMS", 1)
+    with pytest.raises(StageError) as e:
+        prepare(path, InputSpec())
+    assert str(e.value).startswith("the model is invalid") and "Incompatible dimensions" in str(e.value)
+
+
+@needs_fork
+@pytest.mark.parametrize("min_items", [1, 10**9])
+def test_saving_graph_leaves_nothing_when_the_stage_fails(tmp_path, monkeypatch, min_items):
+    an = _analysis(tmp_path, monkeypatch, min_items)
+    rdir = tmp_path / "results"
+    with pytest.raises(RuntimeError):
+        with saving_graph(an, rdir, "run1", set()):
+            raise RuntimeError("the metrics failed")
+    assert not rdir.exists()
+    with saving_graph(an, rdir, "run2", set()):
+        pass
+    assert sorted(p.name for p in rdir.iterdir()) == ["graph.npz", "graph.onnx"]
