@@ -20,8 +20,8 @@ from lib.boundary_sweep import sweep
 from lib.inputs import InputSpec
 from lib.loading import analysed_arrays
 from lib.provenance import stamp
-from lib.splits import (add_costs, baselines, feasibility_reasons, latex_table, pareto_table, print_summary,
-                        prune_and_rank, pruning_summary, ranking_overrides, split_model, split_summary)
+from lib.splits import (add_costs, baselines, device_times, feasibility_reasons, latex_table, pareto_table,
+                        print_summary, prune_and_rank, pruning_summary, ranking_overrides, split_model, split_summary)
 from lib.system import load_system
 
 
@@ -47,10 +47,15 @@ def main(argv=None):
     rk = system["ranking"]
     arrays, res, spec = analysed_arrays(a.rdir, a.model, InputSpec.from_args(a))
     metas = res.require("merge_meta.json")
-    prof = read_csv(a.rdir, "ops_profile.csv", ("node", "flops", "act_in_bytes", "act_out_bytes", "weight_bytes", "latency_us"))
-    latency = prof["latency_us"].to_numpy(float) if metas["merge_meta.json"]["latency_source"] == "measured" else None
     print(f"sweeping {len(arrays.names) - 1} boundaries of {a.model} ({len(arrays.names)} nodes)")
-    df = sweep(arrays, int(rk.get("skip_block_min_span", 4)), float(rk.get("skip_block_max_share", 0.25)))
+    skip = int(rk.get("skip_block_min_span", 4)), float(rk.get("skip_block_max_share", 0.25))
+    with parallel.Future(lambda: sweep(arrays, *skip), inline=len(arrays.names) < parallel.MIN_ITEMS) as swept:
+        prof = read_csv(a.rdir, "ops_profile.csv", ("node", "flops", "act_in_bytes", "act_out_bytes", "weight_bytes",
+                                                    "latency_us"))
+        latency = prof["latency_us"].to_numpy(float) if metas["merge_meta.json"]["latency_source"] == "measured" else None
+        for key in ("A", "B"):      # the device models (cached for add_costs) while the child sweeps
+            device_times(prof, latency, system["devices"][key])
+        df = swept.result()
     df = add_costs(df, prof, latency, system, arrays)
     df = prune_and_rank(df, system, feasibility_reasons(a.feasibility, a.feasibility_arch, res.identity("metrics_meta.json"))
                        if a.feasibility else None)

@@ -15,7 +15,6 @@ from itertools import islice
 import numpy as np
 import pandas as pd
 
-from .errors import StageError
 from .graph import Graph, GraphArrays, constant_tensors, graph_arrays
 
 MAX_NAMES = 16  # cut tensor names listed per boundary (the count is always exact)

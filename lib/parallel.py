@@ -57,28 +57,50 @@ class Child:
         self.wait()
 
 
+class Future:
+    """fn() computed in a forked child while the parent goes on; result() waits for it and returns its value,
+    pickled through a temporary file, or `fallback()` (default: fn() here) when the child failed or did not run.
+    Use it as a context manager, so that the child is reaped and its file removed whatever happens."""
+
+    def __init__(self, fn: Callable, inline: bool = False, fallback: Callable | None = None):
+        self.fallback = fallback or fn
+        self.path = self.child = None
+        if inline or not available():
+            return
+        fd, self.path = tempfile.mkstemp(prefix="nnperf_future_", suffix=".pkl")
+        os.close(fd)
+
+        def run():
+            with open(self.path, "wb") as f:
+                pickle.dump(fn(), f, protocol=pickle.HIGHEST_PROTOCOL)
+        self.child = Child(run)
+
+    def result(self):
+        if self.child is not None and self.child.wait():
+            with open(self.path, "rb") as f:
+                return pickle.load(f)
+        return self.fallback()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.child is not None:
+            self.child.wait()
+        if self.path is not None:
+            os.unlink(self.path)
+            self.path = None
+
+
 def halves(fn: Callable[[int, int], list], n: int, min_n: int | None = None) -> list:
-    """fn(0, n) computed as fn(0, n // 2) here and fn(n // 2, n) in a forked child, whose list comes back
-    pickled through a temporary file; inline below min_n items (MIN_ITEMS), without a second core, or when the
-    child fails."""
-    if n < (MIN_ITEMS if min_n is None else min_n) or not available():
-        return fn(0, n)
+    """fn(0, n) computed as fn(0, n // 2) here and fn(n // 2, n) in a forked child (a Future); in one process
+    below min_n items (MIN_ITEMS) or without a second core."""
     half = n // 2
-    fd, path = tempfile.mkstemp(prefix="nnperf_half_", suffix=".pkl")
-    os.close(fd)
-    try:
-        def child():
-            with open(path, "wb") as f:
-                pickle.dump(fn(half, n), f, protocol=pickle.HIGHEST_PROTOCOL)
-        with Child(child) as c:
-            first = fn(0, half)
-            ok = c.wait()
-        if not ok:
-            return first + fn(half, n)
-        with open(path, "rb") as f:
-            return first + pickle.load(f)
-    finally:
-        os.unlink(path)
+    with Future(lambda: fn(half, n), inline=n < (MIN_ITEMS if min_n is None else min_n)) as rest:
+        if rest.child is None:
+            return fn(0, n)
+        first = fn(0, half)
+        return first + rest.result()
 
 
 @contextmanager

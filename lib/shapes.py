@@ -17,8 +17,6 @@ import importlib.util
 import json
 import logging
 import math
-import os
-import pickle
 import re
 import subprocess
 import sys
@@ -81,30 +79,17 @@ def inference_ahead(model: onnx.ModelProto, prepare_fn):
     its inputs. Yields a function that waits for it: (the inferred model, _parse() of it), or None when the
     child failed or did not run (small graph, one core), so that infer() runs the inference itself, with its
     fallbacks and messages. onnx's inference holds the GIL: a thread would not overlap."""
-    if len(model.graph.node) < parallel.MIN_ITEMS or not parallel.available():
-        yield lambda: None
-        return
-    fd, path = tempfile.mkstemp(prefix="nnperf_infer_", suffix=".pkl")
-    os.close(fd)
-
     def child():
         prepare_fn(model)       # the child's copy of the model
         inferred = _strict_infer(model)
-        with open(path, "wb") as f:     # TensorInfos of one type are one object: pickled once
-            pickle.dump((inferred.SerializeToString(), *_parse(inferred)), f, protocol=pickle.HIGHEST_PROTOCOL)
+        return inferred.SerializeToString(), *_parse(inferred)    # TensorInfos of one type: pickled once
 
     def result():
-        if not c.wait():
-            return None
-        with open(path, "rb") as f:
-            data, tensors, other = pickle.load(f)
-        return onnx.ModelProto.FromString(data), tensors, other
+        got = ahead.result()
+        return None if got is None else (onnx.ModelProto.FromString(got[0]), got[1], got[2])
 
-    try:
-        with parallel.Child(child) as c:
-            yield result
-    finally:
-        os.unlink(path)
+    with parallel.Future(child, inline=len(model.graph.node) < parallel.MIN_ITEMS, fallback=lambda: None) as ahead:
+        yield result
 
 
 def _checked_infer(model: onnx.ModelProto, full_fn) -> onnx.ModelProto:

@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 from conftest import REPO, costs, make_model, run_stage, tensor, weight
 

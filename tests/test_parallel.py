@@ -37,6 +37,17 @@ def test_halves_give_what_one_process_gives():
 
 
 @needs_fork
+def test_future_gives_the_childs_value_or_the_fallback():
+    with parallel.Future(lambda: {"pid": os.getpid(), "x": [1.5, "a"]}) as f:
+        got = f.result()
+    assert got["x"] == [1.5, "a"] and got["pid"] != PARENT           # computed by the child, pickled back
+    with parallel.Future(fails_in_child(lambda: 7), fallback=lambda: None) as f:
+        assert f.result() is None
+    with parallel.Future(fails_in_child(lambda: 7)) as f:
+        assert f.result() == 7                                        # the default fallback: fn() here
+
+
+@needs_fork
 def test_meanwhile_runs_the_work_once_and_again_here_when_the_child_failed(tmp_path):
     out = tmp_path / "f.txt"
     with parallel.meanwhile(lambda: out.write_text("child")):
