@@ -56,17 +56,31 @@ def prepare(path, spec: InputSpec) -> Analysis:
         validate(light.model, nodes)
         shapes = resolve_input_shapes(light.model, spec)
         fix_input_shapes(light.model, shapes)
+        skeleton = _skeleton(light.model, nodes)     # while the other core still infers
         inf = infer(light.model, lambda: load_full(light.path), lambda: make_feeds(light.model, shapes, spec),
                     table=nodes, ahead=ahead())
-    return Analysis(_indexed(inf, nodes), shapes, light, spec, inf)
+    return Analysis(_indexed(inf, nodes, skeleton), shapes, light, spec, inf)
 
 
-def _indexed(inf: Inferred, nodes: NodeTable | None = None) -> Graph:
-    """The Graph of the inferred model; its nodes are the same as the light model's (inference adds value_info
-    only), except control-flow bodies, whose inferred value_info the costs need."""
-    if nodes is not None and any(op in CONTROL_FLOW for op in nodes.ops):
-        nodes = None
-    g = build_graph(inf.model, tensors=inf.tensors, table=nodes)
+def _skeleton(model: onnx.ModelProto, nodes: NodeTable) -> Graph | None:
+    """The graph's structure (order, producers, consumers, node views, small constants), which inference does
+    not change (it adds value_info only), built from the light model; _indexed() attaches the inferred tensors.
+    None with control flow: the costs need the bodies' inferred value_info."""
+    if any(op in CONTROL_FLOW for op in nodes.ops):
+        return None
+    return build_graph(model, tensors={}, table=nodes)
+
+
+def _indexed(inf: Inferred, nodes: NodeTable | None = None, skeleton: Graph | None = None) -> Graph:
+    """The Graph of the inferred model: the skeleton given, with the inferred tensors, or built here (its nodes
+    are the light model's, except control-flow bodies, whose inferred value_info the costs need)."""
+    if skeleton is not None:
+        g = skeleton
+        g.model, g.tensors = inf.model, inf.tensors
+    else:
+        if nodes is not None and any(op in CONTROL_FLOW for op in nodes.ops):
+            nodes = None
+        g = build_graph(inf.model, tensors=inf.tensors, table=nodes)
     g.shape_source = inf.source
     g.values.update(inf.values)
     return g
