@@ -19,10 +19,17 @@ from lib.provenance import Results, stamp
 from lib.roofline import LATENCY_COLUMNS, merge, roofline
 
 
+ORT_SLOW_NODES = 20_000     # from here ONNX Runtime's session creation takes long enough to say so first
+
+
 def predicted(df, meta: dict, host: dict, a, metas: dict):
     """t_pred_us and the prediction's summary; without a profile, ORT's fusions from its optimized graph."""
     fusion = "01's attribution" if meta["measured"] else "none known (no profile and no --model)"
     if not meta["measured"] and a.model:    # ORT's fusions from its optimized graph, on 02's inferred graph
+        if len(df) >= ORT_SLOW_NODES:
+            print(f"note: ONNX Runtime optimizes the {len(df):,}-node graph to find its fusions; its optimizer is "
+                  f"superlinear (37 s at 50k nodes on 2 cores, over 10 min at 200k): leave out --model to predict "
+                  f"without fusions", flush=True)
         graph = analysed(a.rdir, a.model)[0].graph
         try:
             roles = ort_node_roles(a.model, graph=graph)

@@ -1,8 +1,10 @@
 """Argument groups shared by every stage (the group decides what is required), and the exit-code contract:
-0 done, 2 bad input or missing prerequisite (one `error:` line), 1 an internal error (a bug: traceback)."""
+0 done, 2 bad input or missing prerequisite (one `error:` line), 1 an internal error (a bug: traceback) or a
+reader of the output that went away (`| head`: silent)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 
@@ -74,6 +76,9 @@ def run(main, argv=None) -> None:
     except KeyboardInterrupt:
         print("interrupted: nothing was written", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:     # the output went into `head` & co., which stopped reading: no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # (Python's own advice)
+        sys.exit(1)
     except Exception:  # noqa: BLE001 - an unexpected failure is a bug: show where
         traceback.print_exc()
         print("internal error (a bug, not your input): please report the traceback above", file=sys.stderr)

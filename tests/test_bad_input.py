@@ -140,3 +140,15 @@ def test_help_explains_every_stage():
     for s in MODEL_STAGES + ["03_merge_profile_metrics.py", "04_critical_path.py", "05_energy_estimate.py", "06_plots.py"]:
         r = run_stage(s, "--help")
         assert r.returncode == 0 and "--model" in r.stdout and "Stage 0" in r.stdout
+
+
+def test_output_into_a_closed_pipe_gives_no_traceback(good, tmp_path):
+    """`02 ... | head -1`: when the reader is gone, the stage stops quietly (exit 1), not with a traceback."""
+    import subprocess
+    import sys
+    from conftest import REPO
+    p = subprocess.Popen([sys.executable, str(REPO / "02_shapes_flops_bytes.py"), "--model", str(good), "--results",
+                          str(tmp_path / "res")], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()                # the reader stopped before the stage printed anything
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == 1 and "Traceback" not in err and "internal error" not in err, err
