@@ -92,9 +92,8 @@ class NodeTable:
         return cls(protos, [n.op_type for n in protos], [n.domain for n in protos], [n.name for n in protos],
                    [n.input[:] for n in protos], [n.output[:] for n in protos])
 
-    def views(self, order: list[int]) -> list[NodeView]:
-        return [NodeView(self.protos[i], self.ops[i], self.domains[i], self.names[i], self.inputs[i], self.outputs[i])
-                for i in order]
+    def view(self, i: int) -> NodeView:
+        return NodeView(self.protos[i], self.ops[i], self.domains[i], self.names[i], self.inputs[i], self.outputs[i])
 
 
 @dataclass
@@ -115,7 +114,12 @@ class Graph:
     node_outputs: list[list[str]] = field(default_factory=list)   # per position: outputs, no ""
     values: dict[str, np.ndarray] = field(default_factory=dict)  # small tensors whose values are known
     shape_source: dict[str, str] = field(default_factory=dict)   # tensor -> where its shape came from
-    views: list[NodeView] = field(default_factory=list)          # per position: the node's fields, read once
+    table: NodeTable | None = None                               # the nodes' fields, read once (file order)
+    order: list[int] = field(default_factory=list)               # position -> index in `table`
+
+    def view(self, pos: int) -> NodeView:
+        """The node at a position as a NodeView: made when asked (the metrics ask in two processes)."""
+        return self.table.view(self.order[pos])
 
     def inputs(self, i: int) -> list[str]:
         return self.node_inputs[i]
@@ -333,7 +337,7 @@ def build_graph(model: onnx.ModelProto, outer_scope: Container[str] = frozenset(
                  tensors=tensors if tensors is not None else _tensor_infos(g), initializers=inits,
                  graph_inputs=[i.name for i in g.input if i.name not in inits], graph_outputs=[o.name for o in g.output],
                  producer=producer, consumers=consumers, file_order=file_order, implicit=implicit,
-                 values=_small_values(g), node_inputs=ins, node_outputs=outs, views=table.views(order))
+                 values=_small_values(g), node_inputs=ins, node_outputs=outs, table=table, order=order)
 
 
 def constant_tensors(g: Graph) -> set[str]:

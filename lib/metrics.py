@@ -93,7 +93,7 @@ def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
     def row_range(lo: int, hi: int) -> list[tuple]:
         out = []
         for pos in range(lo, hi):
-            n, ins, outs = g.views[pos], g.node_inputs[pos], g.node_outputs[pos]
+            n, ins, outs = g.view(pos), g.node_inputs[pos], g.node_outputs[pos]
             op = lookup(n)
             cost = None if op is None else op.cost(n, g)
             if pos in folded:
@@ -118,7 +118,7 @@ def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
                 _source(g, consts, outs, outputs), cost_note(n, g) if n.op_type in CONTROL_FLOW else "", layers[pos]))
         return out
 
-    rows = parallel.halves(row_range, len(g.views))     # two cores on a large graph: rows are independent
+    rows = parallel.halves(row_range, len(g.nodes))     # two cores on a large graph: rows are independent
     df = pd.DataFrame.from_records(rows, columns=METRIC_COLUMNS)
     _refuse_unreal(df)
     return df
@@ -142,10 +142,9 @@ def _refuse_unreal(df: pd.DataFrame) -> None:
 
 def _layers(g: Graph) -> list[str]:
     """layer_name per node; skipped when no node carries exporter metadata or a TorchScript path name."""
-    sample = g.views[:200]
-    if not any(len(v.metadata_props) or v.name.startswith("/") for v in sample):
-        return [""] * len(g.views)
-    return [layer_name(v) for v in g.views]
+    if not any(len(n.metadata_props) or n.name.startswith("/") for n in g.nodes[:200]):
+        return [""] * len(g.nodes)
+    return [layer_name(n) for n in g.nodes]
 
 
 def _shapes_text(tensors, outs) -> str:

@@ -423,14 +423,17 @@ def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None,
 
     values = _small_values(model.graph)
     control_flow = _needs_values(model, table)
-    if missing() or control_flow:
+    gaps = missing()        # asked again only after a step that may have filled some
+    if gaps or control_flow:
         _propagate(model, tensors, values, add)
-    if missing():
+        gaps = missing()
+    if gaps:
         m2 = _ort_symbolic(model)
         add(known_shapes(m2) if m2 is not None else {}, "ort")
+        gaps = missing()
     note = ""
-    if missing() or control_flow and _unknown_conditions(model, values):
-        note = _execute_step(full_fn, feeds_fn, values, missing(), add)
+    if gaps or control_flow and _unknown_conditions(model, values):
+        note = _execute_step(full_fn, feeds_fn, values, gaps, add)
     if resolved:
         keep = [vi for vi in m1.graph.value_info if vi.name not in resolved]
         del m1.graph.value_info[:]
