@@ -88,9 +88,9 @@ class NodeTable:
 
     @classmethod
     def of(cls, graph: onnx.GraphProto) -> "NodeTable":
-        protos = list(graph.node)     # [:] of a repeated field is a list, and cheaper than list()
+        protos = list(graph.node)
         return cls(protos, [n.op_type for n in protos], [n.domain for n in protos], [n.name for n in protos],
-                   [n.input[:] for n in protos], [n.output[:] for n in protos])
+                   [n.input[:] for n in protos], [n.output[:] for n in protos])   # [:]: a list, cheaper than list()
 
     def view(self, i: int) -> NodeView:
         return NodeView(self.protos[i], self.ops[i], self.domains[i], self.names[i], self.inputs[i], self.outputs[i])
