@@ -52,7 +52,8 @@ def main(argv=None):
     with parallel.Future(lambda: sweep(arrays, *skip), inline=len(arrays.names) < parallel.MIN_ITEMS) as swept:
         prof = read_csv(a.rdir, "ops_profile.csv", ("node", "flops", "act_in_bytes", "act_out_bytes", "weight_bytes",
                                                     "latency_us"))
-        latency = prof["latency_us"].to_numpy(float) if metas["merge_meta.json"]["latency_source"] == "measured" else None
+        measured = metas["merge_meta.json"]["latency_source"] == "measured"
+        latency = prof["latency_us"].to_numpy(float) if measured else None
         for key in ("A", "B"):      # the device models (cached for add_costs) while the child sweeps
             device_times(prof, latency, system["devices"][key])
         df = swept.result()

@@ -813,7 +813,7 @@ def main():
     out["project_dir"] = str(Path(a.project_dir).resolve())
     print(f"this project: stages of {out['project_dir']}, run by {PY} ({out['project_versions']}"
           + (f", PYTHONPATH={out['pythonpath']}" if out["pythonpath"] else "")
-          + f"; {'one process (NNPERF_SERIAL=1)' if out['serial'] else 'a forked child on the second core from 10k nodes'}"
+          + ("; one process (NNPERF_SERIAL=1)" if out["serial"] else "; a forked child on the second core from 10k nodes")
           + f"); repeats {a.repeats}; "
           f"timings on a shared machine are noisy (provisional)", flush=True)
 

@@ -91,7 +91,7 @@ def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
     layers = _layers(g)
 
     def row_range(lo: int, hi: int) -> list[tuple]:
-        out = []
+        out, shape_texts = [], {}
         for pos in range(lo, hi):
             n, ins, outs = g.view(pos), g.node_inputs[pos], g.node_outputs[pos]
             op = lookup(n)
@@ -109,7 +109,7 @@ def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
             out.append((
                 g.names[pos], op_key(n), pos, np.nan if cost is None else cost[0], macs,
                 np.nan if act_in is None else act_in, np.nan if act_out is None else act_out, w,
-                dtype_name(main.elem_type) if main is not None else "unknown", _shapes_text(tensors, outs),
+                dtype_name(main.elem_type) if main is not None else "unknown", _shapes_text(tensors, outs, shape_texts),
                 cost is not None, act_in is not None and act_out is not None,
                 n.op_type in SHAPE_OPS or bool(outs) and all(o in shp for o in outs),
                 "other" if op is None else (op.op_class(n, g) if callable(op.op_class) else op.op_class),
@@ -147,11 +147,15 @@ def _layers(g: Graph) -> list[str]:
     return [layer_name(n) for n in g.nodes]
 
 
-def _shapes_text(tensors, outs) -> str:
+def _shapes_text(tensors, outs, memo: dict) -> str:
+    """'1x16x16;?' for the outputs; memo: text per TensorInfo (tensors of one type share one)."""
     parts = []
     for t in outs:
         info = tensors.get(t)
-        parts.append("?" if info is None or info.shape is None else "x".join(map(str, info.shape)))
+        text = memo.get(info)
+        if text is None:
+            text = memo[info] = "?" if info is None or info.shape is None else "x".join(map(str, info.shape))
+        parts.append(text)
     return ";".join(parts)
 
 
@@ -161,6 +165,12 @@ SOURCE_ORDER = ("unknown", "executed", "values", "ort", "onnx")
 def _source(g: Graph, consts: set[str], outs: list[str], graph_outputs: set[str]) -> str:
     """Where a node's output shapes came from: the least direct method any output needed (onnx, ort, values,
     executed), constant for constant folding, unknown when a shape is missing."""
+    if len(outs) == 1:      # most nodes: no dead output to set aside
+        o = outs[0]
+        if o in consts:
+            return "constant"
+        info = g.tensors.get(o)
+        return "unknown" if info is None or info.shape is None else g.shape_source.get(o, "onnx")
     outs = [o for o in outs if o in g.consumers or o in graph_outputs] or outs   # dead outputs aside
     if not outs:
         return ""

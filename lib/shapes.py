@@ -495,7 +495,8 @@ def _inline_taken(model: onnx.ModelProto, values: dict) -> onnx.ModelProto | Non
 
 def _needs_values(model: onnx.ModelProto, table=None) -> bool:
     """The graph has control flow (its conditions and trip counts need values); from `table` when given."""
-    ops = table.ops if table is not None and len(table.ops) == len(model.graph.node) else (n.op_type for n in model.graph.node)
+    nodes = model.graph.node
+    ops = table.ops if table is not None and len(table.ops) == len(nodes) else (n.op_type for n in nodes)
     return any(op in CONTROL_FLOW for op in ops)
 
 

@@ -165,7 +165,8 @@ class Reasons:
         """text: one text for all, or a function of the flagged positions giving a text for each."""
         idx = np.flatnonzero(np.asarray(mask))
         if idx.size:
-            texts = np.full(idx.size, text, dtype=object) if isinstance(text, str) else np.asarray(text(idx), dtype=object)
+            texts = np.full(idx.size, text, dtype=object) if isinstance(text, str) else \
+                np.asarray(text(idx), dtype=object)
             self.rules.append((code, idx, texts))
             self.pruned[idx] = True
 
@@ -206,7 +207,8 @@ def _static_rules(df: pd.DataFrame, r: dict, reasons: Reasons) -> None:
     share = float(r.get("min_compute_share", 0.0))
     left = df["compute_share_left"].to_numpy()
     reasons.flag((left < share) | (1 - left < share), "compute_share",
-                 lambda idx: [f"compute share {min(x, 1 - x):.1%} < {share:.0%} on one side" for x in left[idx].tolist()])
+                 lambda idx: [f"compute share {min(x, 1 - x):.1%} < {share:.0%} on one side"
+                              for x in left[idx].tolist()])
     if "left_graph_outputs" in df:
         reasons.flag((df["n_cut_tensors"] == 0) & (df["left_graph_outputs"] == 0), "nothing_crosses",
                      "nothing crosses: no cut tensor and no graph output finished on the left")
