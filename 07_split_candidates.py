@@ -20,7 +20,7 @@ from lib.boundary_sweep import sweep
 from lib.inputs import InputSpec
 from lib.loading import analysed_arrays
 from lib.provenance import stamp
-from lib.splits import (add_costs, baselines, device_times, feasibility_reasons, latex_table, pareto_table,
+from lib.splits import (add_costs, baselines, device_factors, feasibility_reasons, latex_table, pareto_table,
                         print_summary, prune_and_rank, pruning_summary, ranking_overrides, split_model, split_summary)
 from lib.system import load_system
 
@@ -54,8 +54,8 @@ def main(argv=None):
                                                     "latency_us"))
         measured = metas["merge_meta.json"]["latency_source"] == "measured"
         latency = prof["latency_us"].to_numpy(float) if measured else None
-        for key in ("A", "B"):      # the device models (cached for add_costs) while the child sweeps
-            device_times(prof, latency, system["devices"][key])
+        for key in ("A", "B"):      # the device models (cached: add_costs and split_model use them)
+            device_factors(prof, system["devices"][key])
         df = swept.result()
     df = add_costs(df, prof, latency, system, arrays)
     df = prune_and_rank(df, system, feasibility_reasons(a.feasibility, a.feasibility_arch, res.identity("metrics_meta.json"))

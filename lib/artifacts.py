@@ -9,7 +9,7 @@ import re
 import shutil
 import sys
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import numpy as np
@@ -79,9 +79,11 @@ UMASK = _umask()
 
 @contextmanager
 def atomic_path(path: Path):
-    """Yield a temp path in the same folder; rename onto `path` only if the block succeeds. The file gets the
-    permissions any new file gets under the user's umask (mkstemp's own are 0600)."""
+    """Yield a temp path in the same folder; rename onto `path` only if the block succeeds (when it fails,
+    nothing is left: not the folder either, if this made it). The file gets the permissions any new file gets
+    under the user's umask (mkstemp's own are 0600)."""
     path = Path(path)
+    fresh = not path.parent.exists()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix or ".tmp", dir=path.parent)
     os.close(fd)
@@ -89,9 +91,13 @@ def atomic_path(path: Path):
         yield Path(tmp)
         os.chmod(tmp, 0o666 & ~UMASK)
         os.replace(tmp, path)
-    finally:
+    except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if fresh:
+            with suppress(OSError):     # empty unless another writer put something there meanwhile
+                path.parent.rmdir()
+        raise
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> None:
@@ -114,7 +120,11 @@ def _write_halves(df: pd.DataFrame, f, tmp: Path) -> None:
     """The first half of the rows formatted here while a forked child formats the second into a file beside."""
     half, part = len(df) // 2, tmp.with_name(tmp.name + ".part")
     try:
-        with parallel.Child(lambda: _write_rows(df, half, len(df), part)) as child:
+        def child_half():
+            with open(part, "w", newline="") as g:
+                _write_rows(df, half, len(df), g)
+
+        with parallel.Child(child_half) as child:
             _write_rows(df, 0, half, f)
             ok = child.wait()
         if ok:
@@ -127,10 +137,7 @@ def _write_halves(df: pd.DataFrame, f, tmp: Path) -> None:
 
 
 def _write_rows(df: pd.DataFrame, start: int, end: int, out) -> None:
-    """Rows start..end as CSV lines, onto an open file or into a file at the path `out`."""
-    if not hasattr(out, "write"):
-        with open(out, "w", newline="") as f:
-            return _write_rows(df, start, end, f)
+    """Rows start..end as CSV lines onto the open file `out`."""
     for s in range(start, end, CSV_SLICE):
         part = df.iloc[s:min(s + CSV_SLICE, end)]
         cols = [_csv_cells(part.iloc[:, i]) for i in range(part.shape[1])]

@@ -4,7 +4,7 @@ the later stages (04, 05, 07, 08, 10) load that instead of inferring again, afte
 the model and input spec they were given."""
 from __future__ import annotations
 
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,16 +50,19 @@ def read_validated(path) -> LightModel:
 def prepare(path, spec: InputSpec) -> Analysis:
     """Load, validate, fix input shapes (overrides > preset > workload > the file's own), infer, index."""
     light = read_light(path)
-    fix = lambda m: fix_input_shapes(m, resolve_input_shapes(m, spec))  # noqa: E731
+    def fix(m: onnx.ModelProto) -> dict[str, list[int]]:
+        shapes = resolve_input_shapes(m, spec)
+        fix_input_shapes(m, shapes)
+        return shapes
+
     with inference_ahead(light.model, fix) as ahead:      # on the other core while this one validates
         nodes = NodeTable.of(light.model.graph)
         validate(light.model, nodes)
-        shapes = resolve_input_shapes(light.model, spec)
-        fix_input_shapes(light.model, shapes)
+        shapes = fix(light.model)
         skeleton = _skeleton(light.model, nodes)     # while the other core still infers
         inf = infer(light.model, lambda: load_full(light.path), lambda: make_feeds(light.model, shapes, spec),
                     table=nodes, ahead=ahead())
-    return Analysis(_indexed(inf, nodes, skeleton), shapes, light, spec, inf)
+    return Analysis(_indexed(inf, skeleton), shapes, light, spec, inf)
 
 
 def _skeleton(model: onnx.ModelProto, nodes: NodeTable) -> Graph | None:
@@ -71,16 +74,14 @@ def _skeleton(model: onnx.ModelProto, nodes: NodeTable) -> Graph | None:
     return build_graph(model, tensors={}, table=nodes)
 
 
-def _indexed(inf: Inferred, nodes: NodeTable | None = None, skeleton: Graph | None = None) -> Graph:
-    """The Graph of the inferred model: the skeleton given, with the inferred tensors, or built here (its nodes
-    are the light model's, except control-flow bodies, whose inferred value_info the costs need)."""
+def _indexed(inf: Inferred, skeleton: Graph | None = None) -> Graph:
+    """The Graph of the inferred model: the skeleton given, with the inferred tensors, or built here from the
+    inferred model (with control flow: the bodies' inferred value_info)."""
     if skeleton is not None:
         g = skeleton
         g.model, g.tensors = inf.model, inf.tensors
     else:
-        if nodes is not None and any(op in CONTROL_FLOW for op in nodes.ops):
-            nodes = None
-        g = build_graph(inf.model, tensors=inf.tensors, table=nodes)
+        g = build_graph(inf.model, tensors=inf.tensors)
     g.shape_source = inf.source
     g.values.update(inf.values)
     return g
@@ -101,26 +102,17 @@ def graph_of(model: onnx.ModelProto, spec: InputSpec | None = None) -> Graph:
 def saving_graph(an: Analysis, rdir: Path, run_id: str, consts: set[str]):
     """The inferred graph (weights stripped, tagged with the run of stage 02 that made it) for 08 and 10, and
     its structure as arrays for 04, 05 and 07: written by a forked child (lib/parallel.py) while the block
-    computes the metrics, and put in place when the block succeeds (nothing is, when it fails: not even the
-    results folder, when this run made it)."""
-    rdir = Path(rdir)
-    fresh = not rdir.exists()
-    try:
-        with atomic_path(rdir / GRAPH_FILE) as graph_tmp, atomic_path(rdir / ARRAYS_FILE) as arrays_tmp:
-            def save():
-                m = an.inferred.model
-                del m.metadata_props[:]
-                m.metadata_props.add(key="nn-perf:run_id", value=run_id)
-                graph_tmp.write_bytes(m.SerializeToString())
-                with open(arrays_tmp, "wb") as f:
-                    graph_arrays(an.graph, consts, run_id).save(f)
-            with parallel.meanwhile(save, inline=len(an.graph.nodes) < parallel.MIN_ITEMS):
-                yield
-    except BaseException:
-        if fresh:
-            with suppress(OSError):
-                rdir.rmdir()
-        raise
+    computes the metrics, and put in place when the block succeeds (nothing is, when it fails)."""
+    with atomic_path(Path(rdir) / GRAPH_FILE) as graph_tmp, atomic_path(Path(rdir) / ARRAYS_FILE) as arrays_tmp:
+        def save():
+            m = an.inferred.model
+            del m.metadata_props[:]
+            m.metadata_props.add(key="nn-perf:run_id", value=run_id)
+            graph_tmp.write_bytes(m.SerializeToString())
+            with open(arrays_tmp, "wb") as f:
+                graph_arrays(an.graph, consts, run_id).save(f)
+        with parallel.meanwhile(save, inline=len(an.graph.nodes) < parallel.MIN_ITEMS):
+            yield
 
 
 def checked(rdir: Path, model_path, spec: InputSpec | None = None) -> tuple[Results, InputSpec]:

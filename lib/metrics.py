@@ -165,22 +165,15 @@ SOURCE_ORDER = ("unknown", "executed", "values", "ort", "onnx")
 def _source(g: Graph, consts: set[str], outs: list[str], graph_outputs: set[str]) -> str:
     """Where a node's output shapes came from: the least direct method any output needed (onnx, ort, values,
     executed), constant for constant folding, unknown when a shape is missing."""
-    if len(outs) == 1:      # most nodes: no dead output to set aside
-        o = outs[0]
-        if o in consts:
-            return "constant"
-        info = g.tensors.get(o)
-        return "unknown" if info is None or info.shape is None else g.shape_source.get(o, "onnx")
-    outs = [o for o in outs if o in g.consumers or o in graph_outputs] or outs   # dead outputs aside
+    if len(outs) > 1:       # dead outputs aside (one output is the node's result either way)
+        outs = [o for o in outs if o in g.consumers or o in graph_outputs] or outs
     if not outs:
         return ""
     if all(o in consts for o in outs):
         return "constant"
-    seen = set()
-    for o in outs:
-        info = g.tensors.get(o)
-        seen.add("unknown" if info is None or info.shape is None else g.shape_source.get(o, "onnx"))
-    return next(s for s in SOURCE_ORDER if s in seen)
+    seen = {"unknown" if (info := g.tensors.get(o)) is None or info.shape is None else g.shape_source.get(o, "onnx")
+            for o in outs}
+    return seen.pop() if len(seen) == 1 else next(s for s in SOURCE_ORDER if s in seen)
 
 
 KV_NAMES = re.compile(r"(past|present|cache|kv)", re.I)

@@ -95,12 +95,11 @@ class Future:
 def halves(fn: Callable[[int, int], list], n: int, min_n: int | None = None) -> list:
     """fn(0, n) computed as fn(0, n // 2) here and fn(n // 2, n) in a forked child (a Future); in one process
     below min_n items (MIN_ITEMS) or without a second core."""
+    if n < (MIN_ITEMS if min_n is None else min_n) or not available():
+        return fn(0, n)
     half = n // 2
-    with Future(lambda: fn(half, n), inline=n < (MIN_ITEMS if min_n is None else min_n)) as rest:
-        if rest.child is None:
-            return fn(0, n)
-        first = fn(0, half)
-        return first + rest.result()
+    with Future(lambda: fn(half, n)) as rest:
+        return fn(0, half) + rest.result()
 
 
 @contextmanager
