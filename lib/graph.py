@@ -11,6 +11,7 @@ import math
 from collections import ChainMap
 from collections.abc import Container
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 
 import numpy as np
 import onnx
@@ -116,6 +117,7 @@ class Graph:
     shape_source: dict[str, str] = field(default_factory=dict)   # tensor -> where its shape came from
     table: NodeTable | None = None                               # the nodes' fields, read once (file order)
     order: list[int] = field(default_factory=list)               # position -> index in `table`
+    op_types: list[str] = field(default_factory=list)            # per position (a proto's field costs per read)
 
     def view(self, pos: int) -> NodeView:
         """The node at a position as a NodeView: made when asked (the metrics ask in two processes)."""
@@ -205,6 +207,8 @@ def _unique_names(nodes) -> list[str]:
 
 def unique_names(raw: list[str], ops: list[str]) -> list[str]:
     """Node name, or op type + file index when unnamed; a repeated name gets __<index>."""
+    if "" not in raw and len(set(raw)) == len(raw):     # every node named, once (checked in C)
+        return list(raw)
     seen: set[str] = set()
     names = []
     for idx, (name, op) in enumerate(zip(raw, ops)):
@@ -216,22 +220,29 @@ def unique_names(raw: list[str], ops: list[str]) -> list[str]:
     return names
 
 
+def _positions(lists: list[list]) -> list[int]:
+    """The index of the list each item of `lists` is in, for the items flattened (in C: 200k nodes' edges)."""
+    return list(chain.from_iterable(map(repeat, range(len(lists)), map(len, lists))))
+
+
+def _producers(outs: list[list[str]]) -> dict[str, int]:
+    """tensor -> index of the list (node) that outputs it; outs without "" (an absent optional output)."""
+    return dict(zip(chain.from_iterable(outs), _positions(outs)))
+
+
 def _topological(ins: list[list[str]], outs: list[list[str]], available: set[str], names: list[str],
-                 outer: Container[str] = frozenset()) -> tuple[list[int], bool]:
+                 outer: Container[str] = frozenset(),
+                 produced_by: dict[str, int] | None = None) -> tuple[list[int], bool]:
     """The file order when it is valid, else a stable Kahn order (lowest file index first). ins include the
-    implicit inputs of control-flow bodies; `outer`: the enclosing scopes' tensors (a body's reads of them)."""
-    produced_by = {o: i for i, os_ in enumerate(outs) for o in os_ if o}
-    have = set(available)
-    ok = True
-    for i, is_ in enumerate(ins):
-        for t in is_:
-            if t not in have and t in produced_by and t not in outer:
-                ok = False
-                break
-        if not ok:
-            break
-        have.update(outs[i])
-    if ok:
+    implicit inputs of control-flow bodies; `outer`: the enclosing scopes' tensors (a body's reads of them);
+    `produced_by`: _producers(outs), when the caller has it."""
+    produced_by = _producers(outs) if produced_by is None else produced_by
+    # the file order is valid when no node reads a tensor produced by itself or a later node (unless the
+    # tensor is also an input, a weight or an outer tensor): compared as arrays, one item per edge
+    flat = list(chain.from_iterable(ins))
+    prod = np.fromiter(map(produced_by.get, flat, repeat(-1)), np.int64, len(flat))
+    late = np.flatnonzero(prod >= np.array(_positions(ins), dtype=np.int64)).tolist()
+    if all(flat[k] in available or flat[k] in outer for k in late):
         return list(range(len(ins))), True
     indeg = [0] * len(ins)
     succ: list[list[int]] = [[] for _ in ins]
@@ -279,11 +290,13 @@ def outer_reads(node: onnx.NodeProto) -> list[str]:
     return list(out)
 
 
-def _small_values(g: onnx.GraphProto) -> dict[str, np.ndarray]:
+def _small_values(g: onnx.GraphProto, table: NodeTable | None = None) -> dict[str, np.ndarray]:
     vals = {}
     tensors = [(t.name, t) for t in g.initializer]
-    tensors += [(n.output[0], a.t) for n in g.node if n.op_type == "Constant" and n.output
-                for a in n.attribute if a.name == "value"]
+    ops = table.ops if table is not None else [n.op_type for n in g.node]
+    protos = table.protos if table is not None else g.node
+    tensors += [(protos[i].output[0], a.t) for i, op in enumerate(ops) if op == "Constant" and protos[i].output
+                for a in protos[i].attribute if a.name == "value"]
     for name, t in tensors:
         if t.data_location == TensorProto.EXTERNAL or math.prod(t.dims) > MAX_VALUE_ELEMENTS:
             continue
@@ -319,12 +332,13 @@ def build_graph(model: onnx.ModelProto, outer_scope: Container[str] = frozenset(
     for i, extra in implicit_all.items():
         ins[i] = ins[i] + extra
     outs = [os_ if all(os_) else [o for o in os_ if o] for os_ in table.outputs]
-    names = unique_names(table.names, table.ops)
-    order, file_order = _topological(ins, outs, inits | {i.name for i in g.input}, names, outer_scope)
+    names, ops = unique_names(table.names, table.ops), table.ops
+    producer = _producers(outs)
+    order, file_order = _topological(ins, outs, inits | {i.name for i in g.input}, names, outer_scope, producer)
     if not file_order:
-        names, ins, outs = [names[i] for i in order], [ins[i] for i in order], [outs[i] for i in order]
+        names, ins, outs, ops = ([x[i] for i in order] for x in (names, ins, outs, ops))
+        producer = _producers(outs)
     implicit = {pos: implicit_all[i] for pos, i in enumerate(order) if implicit_all.get(i)}
-    producer = {o: pos for pos, os_ in enumerate(outs) for o in os_}
     consumers: dict[str, list[int]] = {}
     for pos, is_ in enumerate(ins):
         for t in is_:
@@ -337,7 +351,8 @@ def build_graph(model: onnx.ModelProto, outer_scope: Container[str] = frozenset(
                  tensors=tensors if tensors is not None else _tensor_infos(g), initializers=inits,
                  graph_inputs=[i.name for i in g.input if i.name not in inits], graph_outputs=[o.name for o in g.output],
                  producer=producer, consumers=consumers, file_order=file_order, implicit=implicit,
-                 values=_small_values(g), node_inputs=ins, node_outputs=outs, table=table, order=order)
+                 values=_small_values(g, table), node_inputs=ins, node_outputs=outs, table=table, order=order,
+                 op_types=ops)
 
 
 def constant_tensors(g: Graph) -> set[str]:
@@ -346,8 +361,8 @@ def constant_tensors(g: Graph) -> set[str]:
     them, never link traffic."""
     const = set(g.initializers)
     skip = RANDOM_OPS | CONTROL_FLOW
-    for n, ins, outs in zip(g.nodes, g.node_inputs, g.node_outputs):  # topological: inputs decided first
-        if all(t in const for t in ins) and n.op_type not in skip:
+    for op, ins, outs in zip(g.op_types, g.node_inputs, g.node_outputs):  # topological: inputs decided first
+        if all(t in const for t in ins) and op not in skip:
             const.update(outs)
     return const
 
@@ -356,8 +371,8 @@ def shape_tensors(g: Graph, consts: set[str]) -> set[str]:
     """Outputs of shape arithmetic: Shape/Size results and whatever is computed from them (with constants)
     alone, e.g. Shape -> Gather -> Unsqueeze -> Concat feeding a Reshape. Zero FLOPs, marked as shape ops."""
     shp: set[str] = set()
-    for n, ins, outs in zip(g.nodes, g.node_inputs, g.node_outputs):
-        if n.op_type in ("Shape", "Size") or (ins and any(t in shp for t in ins)
+    for op, ins, outs in zip(g.op_types, g.node_inputs, g.node_outputs):
+        if op in ("Shape", "Size") or (ins and any(t in shp for t in ins)
                                                and all(t in shp or t in consts for t in ins)):
             shp.update(outs)
     return shp

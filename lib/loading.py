@@ -15,7 +15,7 @@ from .artifacts import atomic_path
 from .errors import StageError
 from .graph import CONTROL_FLOW, Graph, GraphArrays, NodeTable, build_graph, graph_arrays
 from .inputs import InputSpec, fix_input_shapes, make_feeds, resolve_input_shapes
-from .onnx_io import LightModel, read_light
+from .onnx_io import LightModel, check_external_data, read_light
 from .provenance import Results, identity
 from .shapes import Inferred, inference_ahead, infer, load_full
 from .validate import validate
@@ -49,13 +49,14 @@ def read_validated(path) -> LightModel:
 
 def prepare(path, spec: InputSpec) -> Analysis:
     """Load, validate, fix input shapes (overrides > preset > workload > the file's own), infer, index."""
-    light = read_light(path)
+    light = read_light(path, check_data=False)     # external data checked below, once inference has started
     def fix(m: onnx.ModelProto) -> dict[str, list[int]]:
         shapes = resolve_input_shapes(m, spec)
         fix_input_shapes(m, shapes)
         return shapes
 
     with inference_ahead(light.model, fix) as ahead:      # on the other core while this one validates
+        check_external_data(light.model, light.path)
         nodes = NodeTable.of(light.model.graph)
         validate(light.model, nodes)
         shapes = fix(light.model)
@@ -67,7 +68,8 @@ def prepare(path, spec: InputSpec) -> Analysis:
 
 def _skeleton(model: onnx.ModelProto, nodes: NodeTable) -> Graph | None:
     """The graph's structure (order, producers, consumers, node views, small constants), which inference does
-    not change (it adds value_info only), built from the light model; _indexed() attaches the inferred tensors.
+    not change (it adds value_info only), built from the light model; _indexed() attaches the inferred tensors
+    (its `model` stays the light one: the inferred model is only parsed where it is saved, in saving_graph).
     None with control flow: the costs need the bodies' inferred value_info."""
     if any(op in CONTROL_FLOW for op in nodes.ops):
         return None
@@ -79,7 +81,7 @@ def _indexed(inf: Inferred, skeleton: Graph | None = None) -> Graph:
     inferred model (with control flow: the bodies' inferred value_info)."""
     if skeleton is not None:
         g = skeleton
-        g.model, g.tensors = inf.model, inf.tensors
+        g.tensors = inf.tensors
     else:
         g = build_graph(inf.model, tensors=inf.tensors)
     g.shape_source = inf.source

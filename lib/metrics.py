@@ -59,17 +59,16 @@ def stored_bytes(g: Graph, consts: set[str]) -> tuple[dict[str, int], set[int]]:
     (ORT folds them, or fuses DequantizeLinear into the integer kernel)."""
     stored = {t: (g.tensors[t].nbytes or 0) if t in g.tensors else 0 for t in g.initializers}
     folded = set()
-    for pos, n in enumerate(g.nodes):
-        outs = [o for o in n.output if o]
+    for pos, (op, outs) in enumerate(zip(g.op_types, g.node_outputs)):
         if not outs or outs[0] not in consts:
             continue
-        if n.op_type == "Constant":
+        if op == "Constant":
             info = g.tensors.get(outs[0])
             stored[outs[0]] = (info.nbytes or 0) if info is not None else 0
             continue
         folded.add(pos)
-        if n.op_type in STORED_CHAIN:
-            stored[outs[0]] = sum(stored.get(t, 0) for t in n.input if t)
+        if op in STORED_CHAIN:
+            stored[outs[0]] = sum(stored.get(t, 0) for t in g.node_inputs[pos])
         else:   # computed at load time (ConstantOfShape, Expand, Tile, arithmetic): the size it is read at
             for o in outs:
                 info = g.tensors.get(o)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
@@ -42,6 +43,10 @@ class Child:
             finally:
                 os._exit(code)
         self.pid = pid
+
+    def kill(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGKILL)
 
     def wait(self) -> bool:
         if self.pid is None:
@@ -84,8 +89,10 @@ class Future:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         if self.child is not None:
+            if exc_type is not None:    # the parent failed (a refused model): the value is not needed
+                self.child.kill()
             self.child.wait()
         if self.path is not None:
             os.unlink(self.path)

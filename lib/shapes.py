@@ -76,20 +76,16 @@ def _strict_infer(model: onnx.ModelProto) -> onnx.ModelProto:
 def inference_ahead(model: onnx.ModelProto, prepare_fn):
     """onnx's strict inference of `model` as prepare_fn(model) leaves it (inputs fixed), and the reading of its
     shapes, started at once in a forked child (lib/parallel.py) while the caller validates the model and fixes
-    its inputs. Yields a function that waits for it: (the inferred model, _parse() of it), or None when the
-    child failed or did not run (small graph, one core), so that infer() runs the inference itself, with its
-    fallbacks and messages. onnx's inference holds the GIL: a thread would not overlap."""
+    its inputs. Yields a function that waits for it: (the inferred model serialized, _parse() of it), or None
+    when the child failed or did not run (small graph, one core), so that infer() runs the inference itself,
+    with its fallbacks and messages. onnx's inference holds the GIL: a thread would not overlap."""
     def child():
         prepare_fn(model)       # the child's copy of the model
         inferred = _strict_infer(model)
         return inferred.SerializeToString(), *_parse(inferred)    # TensorInfos of one type: pickled once
 
-    def result():
-        got = ahead.result()
-        return None if got is None else (onnx.ModelProto.FromString(got[0]), got[1], got[2])
-
     with parallel.Future(child, inline=len(model.graph.node) < parallel.MIN_ITEMS, fallback=lambda: None) as ahead:
-        yield result
+        yield ahead.result
 
 
 def _checked_infer(model: onnx.ModelProto, full_fn) -> onnx.ModelProto:
@@ -373,10 +369,21 @@ def _shape_of(vi) -> list[int]:
 
 class Inferred:
     """The shape-inferred graph (weights stripped), its tensors' types and shapes, and what the chain learnt on
-    the way: where each shape not from onnx's inference came from, small values, a note on the execution."""
-    def __init__(self, model, tensors, source, values, executed_note=""):
-        self.model, self.tensors, self.source, self.values = model, tensors, source, values
+    the way: where each shape not from onnx's inference came from, small values, a note on the execution.
+    `model` may come serialized (from inference_ahead's child): it is parsed when first asked for, which
+    stage 02 does only where it saves it, in a forked child (0.2 s at 200k nodes)."""
+    def __init__(self, model: onnx.ModelProto | bytes, tensors, source, values, executed_note=""):
+        self._model, self.tensors, self.source, self.values = model, tensors, source, values
         self.executed_note = executed_note
+
+    @property
+    def model(self) -> onnx.ModelProto:
+        self._model = _parsed(self._model)
+        return self._model
+
+
+def _parsed(model: onnx.ModelProto | bytes) -> onnx.ModelProto:
+    return onnx.ModelProto.FromString(model) if isinstance(model, bytes) else model
 
 
 def _parse(model: onnx.ModelProto) -> tuple[dict, set[str]]:
@@ -406,11 +413,11 @@ def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None,
     inference_ahead() gave (onnx's strict inference of the model, and its shapes)."""
     from .graph import TensorInfo, _small_values
     if ahead is not None:
-        m1, tensors, other = ahead
+        m1, tensors, other = ahead      # m1 serialized
     else:
         m1 = _checked_infer(model, full_fn)
         tensors, other = _parse(m1)
-    want = _wanted(m1, other, table)
+    want = _wanted(model, other, table)     # the nodes and outputs inference leaves as they are
     missing = lambda: [t for t in want if t not in tensors or tensors[t].shape is None]  # noqa: E731
     source: dict[str, str] = {}
     resolved: dict[str, onnx.ValueInfoProto] = {}
@@ -421,7 +428,8 @@ def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None,
             if vi is not None and _complete(vi):
                 tensors[t], source[t], resolved[t] = TensorInfo(_shape_of(vi), vi.type.tensor_type.elem_type), how, vi
 
-    values = _small_values(model.graph)
+    values = _small_values(model.graph, table if table is not None and len(table.ops) == len(model.graph.node)
+                           else None)
     control_flow = _needs_values(model, table)
     gaps = missing()        # asked again only after a step that may have filled some
     if gaps or control_flow:
@@ -435,6 +443,7 @@ def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None,
     if gaps or control_flow and _unknown_conditions(model, values):
         note = _execute_step(full_fn, feeds_fn, values, gaps, add)
     if resolved:
+        m1 = _parsed(m1)
         keep = [vi for vi in m1.graph.value_info if vi.name not in resolved]
         del m1.graph.value_info[:]
         m1.graph.value_info.extend(keep + list(resolved.values()))

@@ -41,6 +41,9 @@ def _label(g: onnx.GraphProto, i: int) -> str:
 def _check_text(g: onnx.GraphProto, where: str, lists) -> None:
     """Protobuf hands back bytes for a string field that is not valid UTF-8: a corrupt file."""
     for what, values in lists:
+        values = values if isinstance(values, list) else list(values)
+        if bytes not in set(map(type, values)):     # one pass in C; the loop below only says where
+            continue
         for i, v in enumerate(values):
             if type(v) is bytes:
                 raise StageError(f"{where}{what} #{i} is not valid UTF-8 text ({v[:40]!r}): the model file is corrupt")
@@ -65,6 +68,16 @@ def _check_value_infos(vis, where: str) -> None:
             _check_dims([d.dim_value for d in tt.shape.dim if d.dim_value > 0], f"{where}tensor {vi.name!r}")
 
 
+def _two_producers(g: onnx.GraphProto, outs: list[list[str]], defined: set[str], where: str) -> None:
+    produced: dict[str, int] = {}
+    for i, os_ in enumerate(outs):
+        for o in os_:
+            if o and (o in produced or o in defined):
+                other = _label(g, produced[o]) if o in produced else "an initializer or graph input"
+                raise StageError(f"{where}tensor {o!r} has two producers ({_label(g, i)} and {other})")
+            produced[o] = i
+
+
 def _check_graph(g: onnx.GraphProto, outer: set[str], where: str, table: NodeTable | None = None,
                  opsets: dict | None = None) -> None:
     table = table or NodeTable.of(g)
@@ -84,27 +97,38 @@ def _check_graph(g: onnx.GraphProto, outer: set[str], where: str, table: NodeTab
         dup = next(n for n in names if names.count(n) > 1)
         raise StageError(f"{where}graph input {dup!r} is declared twice")
     defined = {vi.name for vi in g.input} | {t.name for t in g.initializer}
-    produced: dict[str, int] = {}
-    for i, os_ in enumerate(outs):
-        for o in os_:
-            if o and (o in produced or o in defined):
-                other = _label(g, produced[o]) if o in produced else "an initializer or graph input"
-                raise StageError(f"{where}tensor {o!r} has two producers ({_label(g, i)} and {other})")
-            produced[o] = i
-    everything = defined | produced.keys() | outer
-    for i, is_ in enumerate(ins):
-        for t in is_:
-            if t and t not in everything:
-                raise StageError(f"{where}{_label(g, i)} reads {t!r}, which no node, initializer or input produces")
+    # set operations in C first; the loops that name the node run only when there is something to name
+    flat = list(chain.from_iterable(outs))
+    produced = set(flat) - {""}
+    if len(produced) != len(flat) - flat.count("") or not produced.isdisjoint(defined):
+        _two_producers(g, outs, defined, where)
+    everything = defined | produced | outer
+    if not (everything | {""}).issuperset(chain.from_iterable(ins)):     # "": an absent optional input
+        for i, is_ in enumerate(ins):
+            for t in is_:
+                if t and t not in everything:
+                    raise StageError(f"{where}{_label(g, i)} reads {t!r}, which no node, initializer or input produces")
     for o in g.output:
         if o.name not in everything:
             raise StageError(f"{where}graph output {o.name!r} is not produced by any node")
     types = {vi.name: vi.type.tensor_type.elem_type for vi in g.input if vi.type.HasField("tensor_type")}
     types.update({t.name: t.data_type for t in g.initializer})
-    for i, n in enumerate(table.protos):
-        _check_schema(n, table.ops[i], table.domains[i], table.inputs[i], table.outputs[i], opsets or {}, types,
-                      lambda: f"{where}{_label(g, i)}")
-        for a in n.attribute:
+    opsets = opsets or {}
+    rules: dict = {}        # (op, domain) -> _rules(): a dict lookup per node instead of a cached call
+    for i, (n, op, domain) in enumerate(zip(table.protos, table.ops, table.domains)):
+        if (op, domain) not in rules:
+            rules[op, domain] = _node_rules(op, domain, opsets)
+        r = rules[op, domain]
+        if r is not None:
+            label = lambda: f"{where}{_label(g, i)}"    # noqa: E731
+            _check_inputs(r, op, ins[i], types, label)
+            if not r[2] and not r[3]:   # a schema without attributes (MatMul, Add, Relu): none is read, none
+                continue                # checked (reading the field of 200k nodes costs more than the rest)
+            attrs = n.attribute
+            _check_attributes(r, attrs, op, len(ins[i]), len(outs[i]), label)
+        else:
+            attrs = n.attribute
+        for a in attrs:
             for sub in attribute_subgraphs(a):
                 _check_graph(sub, everything, f"{where}{_label(g, i)} body {a.name}: ", opsets=opsets)
             if a.type == onnx.AttributeProto.TENSOR:
@@ -144,25 +168,32 @@ def _rules(op: str, domain: str, version: int):
     return s, required, attr_types, [n for n, spec in s.attributes.items() if spec.required], allowed
 
 
-def _check_schema(node, op_type: str, domain: str, ins: list[str], outs: list[str], opsets: dict, types: dict,
-                  label) -> None:
-    """op_type, domain, ins, outs: the node's, as its NodeTable read them (each protobuf field access costs)."""
+def _node_rules(op_type: str, domain: str, opsets: dict):
+    """_rules() of a node's op under the model's opsets (None: nothing to check)."""
     domain = "" if domain == "ai.onnx" else domain
-    rules = _rules(op_type, domain, opsets[domain]) if domain in opsets else None
-    if rules is None:
-        return
-    s, required, attr_types, required_attrs, allowed = rules
+    return _rules(op_type, domain, opsets[domain]) if domain in opsets else None
+
+
+def _check_inputs(rules, op_type: str, ins: list[str], types: dict, label) -> None:
+    """A node's inputs against its op's rules: the required ones present, and the element types of the graph
+    inputs and weights it reads (`types`) allowed."""
+    s, required, _, _, allowed = rules
     for k in required:
         if k >= len(ins) or not ins[k]:
             raise StageError(f"{label()} lacks its required input {s.inputs[k].name!r} ({op_type} needs at "
                              f"least {s.min_input} inputs)")
+    if types.keys().isdisjoint(ins):
+        return
     for k, t in enumerate(ins[:len(allowed)]):
         if t in types and allowed[k] is not None and types[t] and types[t] not in allowed[k]:
             got = TensorProto.DataType.Name(types[t]).lower()
             raise StageError(f"{label()}: input {t!r} is tensor({got}), which {s.name} does not take")
-    if not attr_types and not required_attrs:
-        return
-    given = {a.name: a for a in node.attribute}
+
+
+def _check_attributes(rules, attrs, op_type: str, n_in: int, n_out: int, label) -> None:
+    """A node's attributes (as read once: each protobuf field access costs) against its op's rules."""
+    _, _, attr_types, required_attrs, _ = rules
+    given = {a.name: a for a in attrs}
     for name in required_attrs:
         if name not in given:
             raise StageError(f"{label()} lacks its required attribute {name!r}")
@@ -171,7 +202,7 @@ def _check_schema(node, op_type: str, domain: str, ins: list[str], outs: list[st
         if want is not None and a.type != want:
             raise StageError(f"{label()}: attribute {name!r} has type {onnx.AttributeProto.AttributeType.Name(a.type)}, "
                              f"the {op_type} schema says {onnx.AttributeProto.AttributeType.Name(want)}")
-    _check_bodies(op_type, given, len(ins), len(outs), label)
+    _check_bodies(op_type, given, n_in, n_out, label)
 
 
 def _check_bodies(op_type: str, given: dict, n_in: int, n_out: int, label) -> None:
