@@ -12,6 +12,8 @@ import bisect
 import copy
 import json
 import os
+from collections import Counter
+from itertools import chain
 
 import numpy as np
 import pandas as pd
@@ -431,14 +433,16 @@ def ranking_overrides(system: dict, **flags) -> dict:
 
 
 def pruning_summary(df: pd.DataFrame, rules: dict) -> dict:
-    """candidate_pruning.json: counts per rule code and every pruned boundary with its reasons."""
-    pruned = df[df["pruned"].astype(bool)]
-    codes = pruned["pruned_by"].str.split(";").explode()
-    return {"rules": rules, "boundaries": int(len(df)), "pruned": int(len(pruned)),
-            "by_rule": {str(k): int(v) for k, v in codes.value_counts().items()},
-            "candidates": [{"boundary": b, "after_node": n, "rules": c.split(";"), "reasons": t.split("; ")}
-                           for b, n, c, t in zip(pruned["boundary"].tolist(), pruned["after_node"].tolist(),
-                                                 pruned["pruned_by"].tolist(), pruned["reason"].tolist())]}
+    """candidate_pruning.json: counts per rule code and every pruned boundary with its reasons (the columns
+    it needs, taken as lists: 200k boundaries)."""
+    mask = df["pruned"].to_numpy(bool)
+    col = lambda c: df[c].to_numpy(object)[mask].tolist()   # noqa: E731
+    codes = [c.split(";") for c in col("pruned_by")]
+    return {"rules": rules, "boundaries": int(len(df)), "pruned": int(mask.sum()),
+            "by_rule": dict(Counter(chain.from_iterable(codes)).most_common()),
+            "candidates": [{"boundary": b, "after_node": n, "rules": c, "reasons": t.split("; ")}
+                           for b, n, c, t in zip(df["boundary"].to_numpy()[mask].tolist(), col("after_node"), codes,
+                                                 col("reason"))]}
 
 
 # ---- the split advice (split_summary.json) and the what-if model (split_model.json) ----
