@@ -109,7 +109,7 @@ def write_csv(df: pd.DataFrame, path: Path) -> None:
             df.to_csv(tmp, index=False)
         return
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
-        f.write(",".join(_text_cells(pd.Series(list(df.columns), dtype=object))) + "\n")
+        f.write(",".join(_text_cells(list(df.columns))) + "\n")
         if len(df) >= parallel.MIN_ITEMS and parallel.available():
             _write_halves(df, f, tmp)
         else:
@@ -149,8 +149,10 @@ _CSV_SPECIAL = re.compile(r'[,"\r\n]')
 
 
 def _csv_cells(col: pd.Series) -> list[str]:
-    if isinstance(col.dtype, pd.api.extensions.ExtensionDtype):    # nullable ints, categoricals, strings
-        return _text_cells(pd.Series(col.to_numpy(dtype=object, na_value=None), dtype=object))
+    if isinstance(col.dtype, pd.StringDtype):      # its objects as they are (NaN or None where missing)
+        return _text_cells(col.to_numpy().tolist())
+    if isinstance(col.dtype, pd.api.extensions.ExtensionDtype):    # nullable ints, categoricals
+        return _text_cells(col.to_numpy(dtype=object, na_value=None).tolist())
     a = np.ascontiguousarray(col.to_numpy())
     kind = a.dtype.kind
     if kind == "b":
@@ -158,8 +160,8 @@ def _csv_cells(col: pd.Series) -> list[str]:
     if kind in "iu" or (kind == "f" and a.dtype.itemsize == 8):
         return _numeric_cells(a)
     if kind == "O":
-        return _text_cells(col)
-    return _text_cells(pd.Series(col.astype(str).where(col.notna(), None), dtype=object))   # float32, dates
+        return _text_cells(col.tolist())
+    return _text_cells(col.astype(str).where(col.notna(), None).tolist())   # float32, dates
 
 
 def _numeric_cells(a: np.ndarray) -> list[str]:
@@ -186,12 +188,12 @@ def _numeric_cells(a: np.ndarray) -> list[str]:
     return cells
 
 
-def _text_cells(col: pd.Series) -> list[str]:
+def _text_cells(values: list) -> list[str]:
     """Each cell as the csv module writes it (QUOTE_MINIMAL): missing values empty, str() of the rest,
     quoted (with doubled quotes) when it holds a comma, a quote or a line break (one search per column
     first: names rarely do)."""
     cells = [v if type(v) is str else "" if v is None or v is pd.NA or (isinstance(v, float) and v != v)
-             else str(v) for v in col.tolist()]
+             else str(v) for v in values]
     if _CSV_SPECIAL.search("\x00".join(cells)):
         cells = ['"' + t.replace('"', '""') + '"' if _CSV_SPECIAL.search(t) else t for t in cells]
     return cells

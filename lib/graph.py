@@ -436,18 +436,24 @@ class GraphArrays:
 
 
 def graph_arrays(g: Graph, consts: set[str], run_id: str = "") -> GraphArrays:
-    t_names = list(g.graph_inputs) + [o for outs in g.node_outputs for o in outs]
-    tid = {t: k for k, t in enumerate(t_names)}
-    prod = np.array([-1] * len(g.graph_inputs) + [g.producer[t] for t in t_names[len(g.graph_inputs):]], dtype=np.int64)
-    nb = np.array([np.nan if (i := g.tensors.get(t)) is None or i.nbytes is None else float(i.nbytes) for t in t_names])
-    cons_lists = [g.consumers.get(t, []) for t in t_names]
-    in_lists = [[tid[t] for t in ins if t in tid] for ins in g.node_inputs]
+    """Passes over the 200k-node graph's tensors and edges done in C (map, chain, numpy) where they can be."""
+    n_in = len(g.graph_inputs)
+    t_names = list(chain(g.graph_inputs, chain.from_iterable(g.node_outputs)))
+    tid = dict(zip(t_names, range(len(t_names))))
+    infos = list(map(g.tensors.get, t_names))
+    cons_lists = list(map(g.consumers.get, t_names, repeat([])))
+    flat_in = np.fromiter(map(tid.get, chain.from_iterable(g.node_inputs), repeat(-1)), np.int64)
+    edge_node = np.repeat(np.arange(len(g.node_inputs)), np.fromiter(map(len, g.node_inputs), np.int64))
+    kept = flat_in >= 0        # a weight is not a tensor of the arrays
     outputs = set(g.graph_outputs)
     return GraphArrays(
-        names=np.array(g.names, dtype=object), t_names=np.array(t_names, dtype=object), t_prod=prod, t_nbytes=nb,
-        t_const=np.array([t in consts for t in t_names], dtype=bool),
-        t_output=np.array([t in outputs for t in t_names], dtype=bool),
-        cons_ptr=np.cumsum([0] + [len(c) for c in cons_lists], dtype=np.int64),
-        cons=np.array([c for cs in cons_lists for c in cs], dtype=np.int64),
-        in_ptr=np.cumsum([0] + [len(x) for x in in_lists], dtype=np.int64),
-        in_t=np.array([t for xs in in_lists for t in xs], dtype=np.int64), run_id=run_id)
+        names=np.array(g.names, dtype=object), t_names=np.array(t_names, dtype=object),
+        # a node output's producer is the node it is listed under (one producer per tensor: validated)
+        t_prod=np.array([-1] * n_in + _positions(g.node_outputs), dtype=np.int64),
+        t_nbytes=np.array([None if i is None else i.nbytes for i in infos], dtype=float),    # None: NaN
+        t_const=np.fromiter(map(consts.__contains__, t_names), bool, len(t_names)),
+        t_output=np.fromiter(map(outputs.__contains__, t_names), bool, len(t_names)),
+        cons_ptr=np.cumsum([0, *map(len, cons_lists)], dtype=np.int64),
+        cons=np.fromiter(chain.from_iterable(cons_lists), np.int64),
+        in_ptr=np.concatenate([[0], np.cumsum(np.bincount(edge_node[kept], minlength=len(g.node_inputs)))]),
+        in_t=flat_in[kept], run_id=run_id)

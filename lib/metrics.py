@@ -16,6 +16,7 @@ from .op_costs import SHAPE_OPS, lookup, op_key
 METRIC_COLUMNS = ["node", "op_type", "topo_idx", "flops", "macs", "act_in_bytes", "act_out_bytes",
                   "weight_bytes", "dtype", "out_shapes", "cost_known", "bytes_known", "shape_op", "op_class",
                   "mac_dtype", "shape_source", "cost_note", "layer"]
+TEXT_METRICS = {"node", "op_type", "dtype", "out_shapes", "op_class", "mac_dtype", "shape_source", "cost_note", "layer"}
 
 
 def _bytes(tensors, names) -> int | None:
@@ -117,10 +118,19 @@ def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
                 _source(g, consts, outs, outputs), cost_note(n, g) if n.op_type in CONTROL_FLOW else "", layers[pos]))
         return out
 
-    rows = parallel.halves(row_range, len(g.nodes))     # two cores on a large graph: rows are independent
-    df = pd.DataFrame.from_records(rows, columns=METRIC_COLUMNS)
+    # two cores on a large graph: rows are independent, and each half is made a frame where it is computed
+    parts = parallel.halves(lambda lo, hi: [_frame(row_range(lo, hi))], len(g.nodes))
+    df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)   # ints and NaN: float64, as one
     _refuse_unreal(df)
     return df
+
+
+def _frame(rows: list[tuple]) -> pd.DataFrame:
+    """Columns transposed in C; numbers typed by numpy as pandas would (NaN among ints: float64); text kept as
+    Python str objects, not pandas 3's str dtype: converting 9 columns of 200k rows costs, and the table only
+    goes to summarize() and to the CSV (whose writer takes objects as they are)."""
+    return pd.DataFrame({c: pd.Series(np.array(v, dtype=object), dtype=object) if c in TEXT_METRICS else np.array(v)
+                         for c, v in zip(METRIC_COLUMNS, list(zip(*rows)) or [()] * len(METRIC_COLUMNS))})
 
 
 EXACT_MAX = 2**53        # figures past this are not exact in float64 (pandas, CSV): no real model's node is near it
