@@ -173,10 +173,11 @@ def tensor_info(vi) -> TensorInfo | None:
     return TensorInfo(shape, tt.elem_type)
 
 
-def _tensor_infos(g: onnx.GraphProto, other: set[str] | None = None) -> dict[str, TensorInfo]:
+def _tensor_infos(g: onnx.GraphProto, other: set[str] | None = None, constants: bool = True) -> dict[str, TensorInfo]:
     """TensorInfo per typed tensor; `other` collects the value_info names typed as something else (sequences).
     Tensors of one type and shape share one (never mutated) TensorInfo, found by the TypeProto's bytes:
-    serialising it costs a fifth of reading its fields, and graphs repeat few types."""
+    serialising it costs a fifth of reading its fields, and graphs repeat few types. constants=False: without
+    the Constant outputs inference left out (add_constant_infos(), by a caller that has read the nodes)."""
     out: dict[str, TensorInfo] = {}
     by_type: dict[bytes, TensorInfo | None] = {}
     for k, vis in enumerate((g.input, g.value_info, g.output)):
@@ -191,12 +192,21 @@ def _tensor_infos(g: onnx.GraphProto, other: set[str] | None = None) -> dict[str
                 other.add(vi.name)
     for t in g.initializer:
         out[t.name] = TensorInfo(list(t.dims), t.data_type)
-    for n in g.node:  # Constant outputs: shape from the attribute, even when inference left them out
-        if n.op_type == "Constant" and n.output and n.output[0] not in out:
+    if constants:
+        add_constant_infos(out, g)
+    return out
+
+
+def add_constant_infos(out: dict[str, TensorInfo], g: onnx.GraphProto, table: NodeTable | None = None) -> None:
+    """Constant outputs: shape from the attribute, even when inference left them out. `table`: the graph's
+    nodes, when the caller has read them (200k protobuf nodes are not walked again)."""
+    protos = table.protos if table is not None else list(g.node)
+    ops = table.ops if table is not None else [n.op_type for n in protos]
+    for n in (protos[i] for i, op in enumerate(ops) if op == "Constant"):
+        if n.output and n.output[0] not in out:
             for a in n.attribute:
                 if a.name == "value":
                     out[n.output[0]] = TensorInfo(list(a.t.dims), a.t.data_type)
-    return out
 
 
 def _unique_names(nodes) -> list[str]:
