@@ -72,6 +72,24 @@ REFINE_MISS = 0.25
 
 # ------------------------------------------------------------------ per-row quantities
 
+def per_distinct(fn, *columns) -> np.ndarray:
+    """fn(*values) per row, computed once per distinct combination of the columns' values (a 200k-node table
+    has a few dozen): factorized in C, broadcast back as an object array."""
+    n = len(columns[0])
+    if n == 0:
+        return np.empty(0, dtype=object)
+    code = np.zeros(n, dtype=np.int64)
+    for c in columns:
+        k, u = pd.factorize(np.asarray(c, dtype=object), use_na_sentinel=False)
+        code = code * max(len(u), 1) + k
+    inv, uniq = pd.factorize(code)
+    row = np.empty(len(uniq), dtype=np.int64)
+    row[inv] = np.arange(n)         # a row of each combination (all of its rows hold the same values)
+    out = np.empty(len(uniq), dtype=object)
+    out[:] = [fn(*(c[i] for c in columns)) for i in row.tolist()]
+    return out[inv]
+
+
 def _op_name(op_type: str) -> str:
     return str(op_type).split(":")[-1]
 
@@ -100,10 +118,11 @@ def traffic_bytes(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
             for c in ("act_in_bytes", "act_out_bytes", "weight_bytes")]
     known = ~np.isnan(cols[0]) & ~np.isnan(cols[1]) & ~np.isnan(cols[2])
     a_in, a_out, w = (np.nan_to_num(c) for c in cols)
-    ops = df["op_type"].astype(str).map(_op_name).to_numpy() if "op_type" in df else np.array([""] * len(df))
+    ops = per_distinct(lambda op: _op_name(str(op)), df["op_type"].to_numpy(object)) if "op_type" in df \
+        else np.full(len(df), "", dtype=object)
     b = a_in + a_out + w
-    b = np.where(np.isin(ops, list(VIEW_OPS)), 0.0, b)
-    b = np.where(np.isin(ops, list(PICK_OPS)), 2.0 * a_out, b)
+    b = np.where(per_distinct(VIEW_OPS.__contains__, ops).astype(bool), 0.0, b)
+    b = np.where(per_distinct(PICK_OPS.__contains__, ops).astype(bool), 2.0 * a_out, b)
     any_known = ~(np.isnan(cols[0]) & np.isnan(cols[1]) & np.isnan(cols[2]))
     b = np.where(any_known, b, np.nan)
     return b, known
@@ -117,13 +136,13 @@ def peak_per_row(df: pd.DataFrame, peak_flops_per_s) -> np.ndarray:
     table = dict(peak_flops_per_s)
     if "default" not in table:
         raise StageError("peak_flops_per_s needs a 'default' entry (or pass one number)")
-    mac = df["mac_dtype"] if "mac_dtype" in df else pd.Series([""] * len(df), index=df.index)
-    dt = df["dtype"] if "dtype" in df else pd.Series(["default"] * len(df), index=df.index)
-    out = []
-    for m, d in zip(mac.tolist(), dt.tolist()):
+    mac = df["mac_dtype"].to_numpy(object) if "mac_dtype" in df else np.full(len(df), "", dtype=object)
+    dt = df["dtype"].to_numpy(object) if "dtype" in df else np.full(len(df), "default", dtype=object)
+
+    def peak(m, d) -> float:
         k = m if isinstance(m, str) and m and m in table else d
-        out.append(float(table.get(k, table["default"])))
-    return np.asarray(out)
+        return float(table.get(k, table["default"]))
+    return per_distinct(peak, mac, dt).astype(float)
 
 
 def _terms(p: dict, flops, nbytes, peak, bw: float) -> tuple[np.ndarray, np.ndarray]:
@@ -193,20 +212,20 @@ class LatencyModel:
         ops = df["op_type"] if "op_type" in df else pd.Series([""] * n, index=df.index)
         mac = df["mac_dtype"] if "mac_dtype" in df else pd.Series([""] * n, index=df.index)
         anchor = anchors_of(df, fused_into)
-        memo: dict = {}              # a few distinct (class, op, dtype, anchor) among up to 200k rows
-        keys = np.array([memo[r] if r in memo else memo.setdefault(r, self.resolve(*r))
-                         for r in zip(cls.tolist(), ops.tolist(), mac.tolist(), list(anchor))], dtype=object)
+        # a few distinct (class, op, dtype, anchor) among up to 200k rows
+        keys = per_distinct(self.resolve, cls.to_numpy(object), ops.to_numpy(object), mac.to_numpy(object), anchor)
+        codes, uniq = pd.factorize(keys)
         tc = np.zeros(n)
         tm = np.zeros(n)
         ov = np.zeros(n)
-        for k in set(keys):
-            idx = np.where(keys == k)[0]
+        for j, k in enumerate(uniq):
+            idx = np.flatnonzero(codes == j)
             p = self.params[k]
             tc[idx], tm[idx] = _terms(p, flops[idx], nbytes[idx], peak[idx], bw)
             ov[idx] = p["overhead_us"]
         # in a whole model an op class runs slower than alone in a micro-benchmark (cold caches, masks, small
         # batched shapes): the factors fitted on calibration models (never the model predicted)
-        f = np.array([self.in_model.get(c, 1.0) for c in cls.tolist()], dtype=float)
+        f = per_distinct(lambda c: self.in_model.get(c, 1.0), cls.to_numpy(object)).astype(float)
         tc, tm, ov = tc * f, tm * f, ov * f
         t = ov + np.maximum(tc, tm)
         if include_dispatch:
