@@ -36,6 +36,11 @@ def add_flags(p) -> None:
     p.add_argument("--skip-span", type=int, help="skip blocks spanning at least this many nodes are not cut inside")
 
 
+# what 07 reads of ops_profile.csv: costs and bytes, what the latency model keys on, ORT's fusions, layers
+PROFILE_COLUMNS = frozenset({"node", "op_type", "op_class", "dtype", "mac_dtype", "flops", "act_in_bytes", "act_out_bytes",
+                             "weight_bytes", "latency_us", "attribution", "fused_into", "layer"})
+
+
 def main(argv=None):
     p = cli.parser(__doc__)
     cli.add_inputs(p)
@@ -51,7 +56,7 @@ def main(argv=None):
     skip = int(rk.get("skip_block_min_span", 4)), float(rk.get("skip_block_max_share", 0.25))
     with parallel.Future(lambda: sweep(arrays, *skip), inline=len(arrays.names) < parallel.MIN_ITEMS) as swept:
         prof = read_csv(a.rdir, "ops_profile.csv", ("node", "flops", "act_in_bytes", "act_out_bytes", "weight_bytes",
-                                                    "latency_us"))
+                                                    "latency_us"), only=PROFILE_COLUMNS)
         measured = metas["merge_meta.json"]["latency_source"] == "measured"
         latency = prof["latency_us"].to_numpy(float) if measured else None
         for key in ("A", "B"):      # the device models (cached: add_costs and split_model use them)

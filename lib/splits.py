@@ -227,15 +227,17 @@ def prune_and_rank(df: pd.DataFrame, system: dict, feasibility: dict[int, str] |
     _static_rules(df, r, reasons)
     _constraint_rules(df, system, reasons)
     hailo = {b: why for b, why in (feasibility or {}).items() if 0 <= b < len(df)}
-    reasons.flag(np.isin(np.arange(len(df)), list(hailo)), "hailo", lambda idx: [hailo[b] for b in idx.tolist()])
+    if hailo:
+        reasons.flag(np.isin(np.arange(len(df)), list(hailo)), "hailo", lambda idx: [hailo[b] for b in idx.tolist()])
     df["score"] = score(df, r.get("weights", {}))
     ok = ~reasons.pruned
     df["pareto_layer"] = pareto_layers(df["est_latency_us"].to_numpy(float), df["est_energy_j"].to_numpy(float), ok)
     order = ranking_order(df, r.get("by", "score"))
     df["rank"] = _rank(df, order, int(r.get("dedup_window", 0)), reasons)
     df["pruned"] = pd.Series(reasons.pruned, index=df.index, dtype=bool)
-    df["reason"] = pd.Series(reasons.texts(), index=df.index, dtype=str)
-    df["pruned_by"] = pd.Series(reasons.codes(), index=df.index, dtype=str)
+    # text as Python str objects: 200k of them, converted to pandas' str dtype only to be written out
+    df["reason"] = pd.Series(reasons.texts(), index=df.index, dtype=object)
+    df["pruned_by"] = pd.Series(reasons.codes(), index=df.index, dtype=object)
     return df
 
 
@@ -437,7 +439,9 @@ def pruning_summary(df: pd.DataFrame, rules: dict) -> dict:
     it needs, taken as lists: 200k boundaries)."""
     mask = df["pruned"].to_numpy(bool)
     col = lambda c: df[c].to_numpy(object)[mask].tolist()   # noqa: E731
-    codes = [c.split(";") for c in col("pruned_by")]
+    by = col("pruned_by")
+    split = {c: c.split(";") for c in dict.fromkeys(by)}     # a few distinct rule combinations among 200k
+    codes = list(map(split.__getitem__, by))
     return {"rules": rules, "boundaries": int(len(df)), "pruned": int(mask.sum()),
             "by_rule": dict(Counter(chain.from_iterable(codes)).most_common()),
             "candidates": [{"boundary": b, "after_node": n, "rules": c, "reasons": t.split("; ")}
@@ -522,8 +526,10 @@ def split_model(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None
                         **{k: float(dev[k]) for k in ("peak_flops_per_s", "mem_bw_bytes_per_s", "power_w")},
                         "ec": _compact(ec), "em": _compact(em), "ovh_us": _compact(ovh)}
     rk = system.get("ranking", {})
-    static = [";".join(c for c in codes.split(";") if c and c not in DYNAMIC_RULES and c != "near_duplicate")
-              for codes in df["pruned_by"].tolist()]
+    by = df["pruned_by"].tolist()
+    kept = {codes: ";".join(c for c in codes.split(";") if c and c not in DYNAMIC_RULES and c != "near_duplicate")
+            for codes in dict.fromkeys(by)}     # a few distinct rule combinations among 200k boundaries
+    static = list(map(kept.__getitem__, by))
     return {"nodes": {"n": len(prof), "flops": _nullable(flops), "bytes": _nullable(nbytes),
                       "latency_a_us": _nullable(np.nan_to_num(np.asarray(latency, dtype=float), nan=0.0))
                       if latency is not None else None},
