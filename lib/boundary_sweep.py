@@ -53,12 +53,13 @@ def _names_and_blocks(n, a: GraphArrays, cross, prod, last, skips) -> tuple[list
     skips.sort()
     heap: list[tuple[int, int, int, str]] = []
     k = 0
+    top, text = None, ""        # the block a boundary sits in, and its text: made once per block
     for b in range(n - 1):
         for j in closes[c_ptr[b]:c_ptr[b + 1]]:
             active.pop(j, None)
         for j in opens[o_ptr[b]:o_ptr[b + 1]]:
             active[j] = None
-        shown = ";".join(t_names[j] for j in islice(active, MAX_NAMES))
+        shown = ";".join(map(t_names.__getitem__, islice(active, MAX_NAMES)))
         names.append(shown + (f";...(+{len(active) - MAX_NAMES})" if len(active) > MAX_NAMES else ""))
         while k < len(skips) and skips[k][0] <= b:
             first, lst, t = skips[k]
@@ -66,7 +67,10 @@ def _names_and_blocks(n, a: GraphArrays, cross, prod, last, skips) -> tuple[list
             k += 1
         while heap and heap[0][1] < b:     # the longest open block ended: drop it (lazy deletion)
             heapq.heappop(heap)
-        inside.append(f"{heap[0][3]} spans nodes {heap[0][2] - 1}..{heap[0][1] + 1}" if heap else "")
+        if (heap[0] if heap else None) is not top:
+            top = heap[0] if heap else None
+            text = f"{top[3]} spans nodes {top[2] - 1}..{top[1] + 1}" if top else ""
+        inside.append(text)
     return names, inside
 
 

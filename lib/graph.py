@@ -439,10 +439,20 @@ class GraphArrays:
         with np.load(path, allow_pickle=False) as d:
             kw = {k: d[k] for k in cls.__dataclass_fields__ if k not in cls.TEXT + ("run_id",)}
             for k in cls.TEXT:
-                blob, ptr = d[f"{k}_bytes"].tobytes(), d[f"{k}_ptr"]
-                kw[k] = np.array([blob[a:b].decode("utf-8") for a, b in zip(ptr[:-1], ptr[1:])], dtype=object)
+                kw[k] = np.array(_decoded(d[f"{k}_bytes"], d[f"{k}_ptr"]), dtype=object)
             kw["run_id"] = d["run_id"].tobytes().decode()
         return cls(**kw)
+
+
+def _decoded(blob: np.ndarray, ptr: np.ndarray) -> list[str]:
+    """The names saved as UTF-8 bytes + offsets: with a line break put between them (in C) and split on it,
+    when no name holds one (UTF-8 never has the byte 0x0A inside another character); else one by one."""
+    raw = blob.tobytes()
+    if len(ptr) < 2:
+        return []
+    if b"\n" not in raw:
+        return np.insert(blob, ptr[1:-1], ord("\n")).tobytes().decode("utf-8").split("\n")
+    return [raw[a:b].decode("utf-8") for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist())]
 
 
 def graph_arrays(g: Graph, consts: set[str], run_id: str = "") -> GraphArrays:
