@@ -382,8 +382,7 @@ def shape_tensors(g: Graph, consts: set[str]) -> set[str]:
     alone, e.g. Shape -> Gather -> Unsqueeze -> Concat feeding a Reshape. Zero FLOPs, marked as shape ops."""
     shp: set[str] = set()
     for op, ins, outs in zip(g.op_types, g.node_inputs, g.node_outputs):
-        if op in ("Shape", "Size") or (ins and any(t in shp for t in ins)
-                                               and all(t in shp or t in consts for t in ins)):
+        if op in ("Shape", "Size") or (not shp.isdisjoint(ins) and all(t in shp or t in consts for t in ins)):
             shp.update(outs)
     return shp
 

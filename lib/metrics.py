@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import re
+from itertools import filterfalse, repeat
 
 import numpy as np
 import pandas as pd
@@ -99,9 +100,9 @@ def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
             if pos in folded:
                 act_in, act_out, w = 0, 0, 0
             else:
-                act_in = _bytes(tensors, [t for t in ins if t not in consts])
+                act_in = _bytes(tensors, filterfalse(consts.__contains__, ins))     # (map, filter: in C)
                 act_out = _bytes(tensors, [o for o in outs if o in g.consumers or o in outputs])
-                w = sum(stored.get(t, 0) for t in ins if t in consts)
+                w = sum(map(stored.get, filter(consts.__contains__, ins), repeat(0)))
             main = tensors.get(outs[0]) if outs else None
             if main is None or n.op_type in ("QuantizeLinear", "Cast"):
                 main = (tensors.get(n.input[0]) if n.input else None) or main
@@ -111,7 +112,7 @@ def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
                 np.nan if act_in is None else act_in, np.nan if act_out is None else act_out, w,
                 dtype_name(main.elem_type) if main is not None else "unknown", _shapes_text(tensors, outs, shape_texts),
                 cost is not None, act_in is not None and act_out is not None,
-                n.op_type in SHAPE_OPS or bool(outs) and all(o in shp for o in outs),
+                n.op_type in SHAPE_OPS or bool(outs) and shp.issuperset(outs),
                 "other" if op is None else (op.op_class(n, g) if callable(op.op_class) else op.op_class),
                 # integer MACs stay MACs: the element type they are done in (the weight operand's)
                 _mac_dtype(n, g) if cost is not None and macs > 0 else "",
@@ -178,8 +179,11 @@ def _source(g: Graph, consts: set[str], outs: list[str], graph_outputs: set[str]
         outs = [o for o in outs if o in g.consumers or o in graph_outputs] or outs
     if not outs:
         return ""
-    if all(o in consts for o in outs):
+    if consts.issuperset(outs):
         return "constant"
+    if len(outs) == 1:
+        info = g.tensors.get(outs[0])
+        return "unknown" if info is None or info.shape is None else g.shape_source.get(outs[0], "onnx")
     seen = {"unknown" if (info := g.tensors.get(o)) is None or info.shape is None else g.shape_source.get(o, "onnx")
             for o in outs}
     return seen.pop() if len(seen) == 1 else next(s for s in SOURCE_ORDER if s in seen)

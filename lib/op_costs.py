@@ -146,6 +146,8 @@ def matmul_macs(node, g: Graph, b_idx: int = 1) -> int | None:
     b = list(b) + [1] if len(b) == 1 else list(b)
     m, k, n = a[-2], a[-1], b[-1]
     ba, bb = a[:-2], b[:-2]
+    if ba == bb or not bb or not ba:    # the common cases: same batch dims, or one operand 2-D (broadcast)
+        return math.prod(ba or bb) * m * n * k
     nb = max(len(ba), len(bb))
     ba, bb = [1] * (nb - len(ba)) + ba, [1] * (nb - len(bb)) + bb
     return math.prod(max(x, y) for x, y in zip(ba, bb)) * m * n * k
