@@ -167,24 +167,24 @@ def _csv_cells(col: pd.Series) -> list[str]:
 def _numeric_cells(a: np.ndarray) -> list[str]:
     """str() of each number, as pandas writes it ('' for NaN). orjson matches repr digit for digit, but writes
     exponents its own way (1e-7, 1e16 where repr has 1e-07, 1e+16: mended on the whole text) and the decade
-    [1e-5, 1e-4) without one (0.00002 where repr has 2e-05): those cells, and inf, take repr()."""
+    [1e-5, 1e-4) without one (0.00002 where repr has 2e-05): those cells, and inf, take repr(). NaN and inf
+    come out as null: NaN's cell is then emptied on the whole text too."""
     if len(a) == 0:
         return []
     if a.dtype.kind in "iu":
         return orjson.dumps(a, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].decode().split(",")
-    finite = np.isfinite(a)
-    text = orjson.dumps(np.where(finite, a, 0.0), option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].decode()
+    text = orjson.dumps(a, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].decode()
     if "e" in text:     # str.replace runs in C; a regex substitution per match costs 1-2 us
         text += ","
         for d in "123456789":
             text = text.replace(f"e-{d},", f"e-0{d},").replace(f"e{d}", f"e+{d}")
         text = text[:-1]
-    cells = text.split(",")
+    cells = text.replace("null", "").split(",")
     mag = np.abs(a)
     with np.errstate(invalid="ignore"):
-        odd = np.flatnonzero(~finite | ((mag < 1e-4) & (mag >= 1e-5)))
+        odd = np.flatnonzero(np.isinf(a) | ((mag < 1e-4) & (mag >= 1e-5)))
     for i, v in zip(odd.tolist(), a[odd].tolist()):
-        cells[i] = "" if v != v else repr(v)
+        cells[i] = repr(v)
     return cells
 
 

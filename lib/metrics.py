@@ -108,7 +108,7 @@ def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
                 main = (tensors.get(n.input[0]) if n.input else None) or main
             macs = np.nan if cost is None else cost[1]
             out.append((
-                g.names[pos], op_key(n), pos, np.nan if cost is None else cost[0], macs,
+                g.names[pos], op_key(n) if op is None else op.key, pos, np.nan if cost is None else cost[0], macs,
                 np.nan if act_in is None else act_in, np.nan if act_out is None else act_out, w,
                 dtype_name(main.elem_type) if main is not None else "unknown", _shapes_text(tensors, outs, shape_texts),
                 cost is not None, act_in is not None and act_out is not None,
