@@ -74,14 +74,18 @@ REFINE_MISS = 0.25
 
 def per_distinct(fn, *columns) -> np.ndarray:
     """fn(*values) per row, computed once per distinct combination of the columns' values (a 200k-node table
-    has a few dozen): factorized in C, broadcast back as an object array."""
+    has a few dozen): factorized in C, broadcast back as an object array. Values are told apart by type too
+    (factorize alone takes None for NaN, and True for 1)."""
     n = len(columns[0])
     if n == 0:
         return np.empty(0, dtype=object)
     code = np.zeros(n, dtype=np.int64)
     for c in columns:
-        k, u = pd.factorize(np.asarray(c, dtype=object), use_na_sentinel=False)
-        code = code * max(len(u), 1) + k
+        c = np.asarray(c, dtype=object)
+        one_type = pd.api.types.infer_dtype(c, skipna=False) in ("string", "boolean", "integer", "floating")
+        for k, u in [pd.factorize(c, use_na_sentinel=False)] + \
+                ([] if one_type else [pd.factorize(np.fromiter(map(type, c), object, n))]):
+            code = code * max(len(u), 1) + k
     inv, uniq = pd.factorize(code)
     row = np.empty(len(uniq), dtype=np.int64)
     row[inv] = np.arange(n)         # a row of each combination (all of its rows hold the same values)

@@ -121,6 +121,7 @@ def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
 
     # two cores on a large graph: rows are independent, and each half is made a frame where it is computed
     parts = parallel.halves(lambda lo, hi: [_frame(row_range(lo, hi))], len(g.nodes))
+    parts = [p for p in parts if len(p)] or parts[:1]      # an empty half has no types to give its columns
     df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)   # ints and NaN: float64, as one
     _refuse_unreal(df)
     return df

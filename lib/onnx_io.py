@@ -186,7 +186,6 @@ def read_light(path: str | Path, check_data: bool = True) -> LightModel:
     return light
 
 
-
 def check_external(light: LightModel) -> None:
     """check_external_data() of a light model, skipped when its bytes show no external reference to check
     (the walk reads every node's attributes: 0.3 s at 200k nodes)."""

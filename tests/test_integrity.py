@@ -174,3 +174,36 @@ def test_csv_writer_writes_what_pandas_writes(tmp_path):
     back = read_csv(tmp_path, "ours.csv")
     np.testing.assert_array_equal(back["f64"].to_numpy(), df["f64"].to_numpy())
     assert back["text"].tolist()[:3] == ["a,b", 'say "x"', "line\nbreak"]
+
+
+def test_csv_writer_floats_of_every_magnitude(tmp_path):
+    """The float cells' text is orjson's, mended on the whole column (exponents 1e-7 -> 1e-07, 1e16 -> 1e+16,
+    null -> empty) with repr() for the decade [1e-5, 1e-4) and inf: pandas' bytes for 20k random floats from
+    5e-324 to 1e308, both signs, NaN and inf among them, and for columns that are all NaN."""
+    import pandas as pd
+    from lib.artifacts import write_csv
+    rng = np.random.default_rng(3)
+    x = 10.0 ** rng.uniform(-323, 308, 20_000) * rng.choice([-1.0, 1.0], 20_000)
+    x[rng.integers(0, len(x), 300)] = np.nan
+    x[rng.integers(0, len(x), 30)] = np.inf
+    x[:12] = [1e-7, 2.5e-100, 1e22, -3.3e-6, 1e-5, 9.99e-5, 1e-4, 1e16, 9999999999999998.0, -np.inf, 5e-324, 0.0]
+    df = pd.DataFrame({"x": x, "decade": 10.0 ** rng.uniform(-6, -3, len(x)), "none": np.full(len(x), np.nan),
+                       "n": np.arange(len(x))})
+    write_csv(df, tmp_path / "ours.csv")
+    df.to_csv(tmp_path / "pandas.csv", index=False)
+    assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
+
+
+@pytest.mark.parametrize("names", [["a", "", "b\u00e9", "\u65e5\u672c", "c"], ["x\ny", "", "z"], [""], []])
+def test_graph_arrays_names_survive_the_npz(tmp_path, names):
+    """graph.npz keeps names as UTF-8 bytes + offsets; they load back as they were: empty, non-ASCII, and a
+    name holding a line break (which the one-pass decoding splits on: then it decodes them one by one)."""
+    from lib.graph import GraphArrays
+    z = np.zeros(len(names), dtype=np.int64)
+    a = GraphArrays(names=np.array(names, dtype=object), t_names=np.array(names[::-1], dtype=object), t_prod=z,
+                    t_nbytes=z.astype(float), t_const=z.astype(bool), t_output=z.astype(bool),
+                    cons_ptr=np.zeros(len(names) + 1, dtype=np.int64), cons=z[:0],
+                    in_ptr=np.zeros(len(names) + 1, dtype=np.int64), in_t=z[:0], run_id="r1")
+    a.save(tmp_path / "g.npz")
+    b = GraphArrays.load(tmp_path / "g.npz")
+    assert b.names.tolist() == names and b.t_names.tolist() == names[::-1] and b.run_id == "r1"

@@ -329,3 +329,21 @@ def test_sweep_keeps_the_median_of_its_rounds():
     assert r["err_pct"] == pytest.approx(-25.0) and r["err_uncontended_pct"] == pytest.approx(100 * (150 / 95 - 1))
     assert r["throughput_per_s"] == pytest.approx(2 / 200e-6) and r["throughput_pred_per_s"] == pytest.approx(2 / 150e-6)
     assert json.loads(r["input_shapes"]) == {"x": [2, 3]}
+
+
+def test_per_distinct_gives_the_per_row_values_once_per_combination():
+    """per_distinct (the latency model's per-row lookups over a 200k-row table) equals fn on every row, with
+    NaN, None, bools and text among the values, and calls fn once per distinct combination."""
+    from lib.latency_model import per_distinct
+    a = np.array(["matmul", "conv", "matmul", None, "conv", np.nan, "matmul", np.nan, None, 1, True], dtype=object)
+    b = np.array([True, False, True, False, False, True, False, False, False, True, True])
+    calls = []
+
+    def fn(x, y):
+        calls.append((x, y))
+        return f"{x}/{y}"
+    got = per_distinct(fn, a, b)
+    # (matmul, True), (conv, False), (None, False), (nan, True), (matmul, False), (nan, False), (1, True), (True, True)
+    assert len(calls) == 8
+    assert got.tolist() == [f"{x}/{y}" for x, y in zip(a, b)]
+    assert per_distinct(fn, np.array([], dtype=object)).tolist() == []

@@ -192,3 +192,21 @@ def test_random_inputs_past_memory_are_refused(tmp_path):
     path = relu_mul(tmp_path / "m.onnx", inputs=[tensor("x", [1, 2**31])],
                     nodes=lambda ns: [ns[0], helper.make_node("Sigmoid", ["r"], ["y"], name="sig")])
     refused(tmp_path, path, "x", "smaller --shape-override", stage="01_profile_onnx.py")
+
+
+def test_external_reference_seen_in_the_light_bytes(tmp_path):
+    """read_light skips the walk over every node's attributes only when the light bytes hold no
+    data_location = EXTERNAL besides the tensors it stripped itself; an external weight is always seen, as is
+    one in a Constant attribute."""
+    from lib.onnx_io import read_light
+    assert not read_light(relu_mul(tmp_path / "plain.onnx")).external_refs
+    assert read_light(external_weight(tmp_path, "w.bin"), check_data=False).external_refs
+    m = onnx.load(str(relu_mul(tmp_path / "c.onnx")))
+    t = numpy_helper.from_array(np.zeros(4, np.float32), "cval")
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    t.external_data.add(key="location", value="/etc/passwd")
+    m.graph.node.insert(0, helper.make_node("Constant", [], ["unused_c"], value=t))
+    onnx.save(m, str(tmp_path / "c.onnx"))
+    assert read_light(tmp_path / "c.onnx", check_data=False).external_refs
+    refused(tmp_path, tmp_path / "c.onnx", "outside the model's folder")

@@ -3,6 +3,7 @@ strict inference ahead, or writes files meanwhile. Each must give exactly what t
 also when the child fails, and leave nothing behind when the stage fails. The thresholds are lowered here so
 that tiny graphs take the forked paths that large ones take."""
 import os
+import time
 
 import numpy as np
 import pandas as pd
@@ -45,6 +46,16 @@ def test_future_gives_the_childs_value_or_the_fallback():
         assert f.result() is None
     with parallel.Future(fails_in_child(lambda: 7)) as f:
         assert f.result() == 7                                        # the default fallback: fn() here
+
+
+@needs_fork
+def test_future_child_is_stopped_when_the_parent_fails(tmp_path):
+    """A Future whose block raises (a refused model) kills its child instead of waiting for its result: the
+    child here would write its file after 30 s."""
+    done = tmp_path / "done"
+    with pytest.raises(ValueError), parallel.Future(lambda: (time.sleep(30), done.write_text("x"))):
+        raise ValueError("the model is refused")
+    assert not done.exists()
 
 
 @needs_fork
