@@ -197,7 +197,10 @@ def test_whatif_bandwidth_ranks_as_07_does(browser, built, tmp_path):
     slow = pd.read_csv(copy / "boundaries.csv", keep_default_na=False, na_values=[""])
     default = pd.read_csv(rdir / "boundaries.csv", keep_default_na=False, na_values=[""])
     order = lambda df: df[df["rank"].notna()].sort_values("rank")["boundary"].tolist()  # noqa: E731
-    assert order(slow) != order(default)              # the bandwidth really changes the ranking
+    # the bandwidth really changes the figures the ranking rests on (whether the order moves too depends on
+    # the latencies 01 measured on this tiny CNN: it did not in 2 runs of 5, which made this test flaky)
+    crossing = default["comm_bytes"] > 0
+    assert crossing.any() and (slow["link_time_us"][crossing] > default["link_time_us"][crossing]).all()
     page, errors = open_report(browser, rdir / "report.html")
     page.fill("#wi-link-bw", "1000000")
     assert_same_as_07(page.evaluate("() => window.nnperfWhatIf.current().rows"), slow)
