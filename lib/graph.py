@@ -198,15 +198,19 @@ def _tensor_infos(g: onnx.GraphProto, other: set[str] | None = None, constants: 
 
 
 def add_constant_infos(out: dict[str, TensorInfo], g: onnx.GraphProto, table: NodeTable | None = None) -> None:
-    """Constant outputs: shape from the attribute, even when inference left them out. `table`: the graph's
-    nodes, when the caller has read them (200k protobuf nodes are not walked again)."""
+    """Constant outputs: shape from the attribute, even when inference left them out."""
+    for name, t in constant_values(g, table):
+        if name not in out:
+            out[name] = TensorInfo(list(t.dims), t.data_type)
+
+
+def constant_values(g: onnx.GraphProto, table: NodeTable | None = None) -> list[tuple[str, onnx.TensorProto]]:
+    """(output, tensor) of each Constant node with a `value`. `table`: the graph's nodes, when the caller has
+    read them (200k protobuf nodes are not walked again)."""
     protos = table.protos if table is not None else list(g.node)
     ops = table.ops if table is not None else [n.op_type for n in protos]
-    for n in (protos[i] for i, op in enumerate(ops) if op == "Constant"):
-        if n.output and n.output[0] not in out:
-            for a in n.attribute:
-                if a.name == "value":
-                    out[n.output[0]] = TensorInfo(list(a.t.dims), a.t.data_type)
+    return [(protos[i].output[0], a.t) for i, op in enumerate(ops) if op == "Constant" and protos[i].output
+            for a in protos[i].attribute if a.name == "value"]
 
 
 def _unique_names(nodes) -> list[str]:
@@ -302,11 +306,7 @@ def outer_reads(node: onnx.NodeProto) -> list[str]:
 
 def _small_values(g: onnx.GraphProto, table: NodeTable | None = None) -> dict[str, np.ndarray]:
     vals = {}
-    tensors = [(t.name, t) for t in g.initializer]
-    ops = table.ops if table is not None else [n.op_type for n in g.node]
-    protos = table.protos if table is not None else g.node
-    tensors += [(protos[i].output[0], a.t) for i, op in enumerate(ops) if op == "Constant" and protos[i].output
-                for a in protos[i].attribute if a.name == "value"]
+    tensors = [(t.name, t) for t in g.initializer] + constant_values(g, table)
     for name, t in tensors:
         if t.data_location == TensorProto.EXTERNAL or math.prod(t.dims) > MAX_VALUE_ELEMENTS:
             continue

@@ -122,11 +122,13 @@ def traffic_bytes(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
             for c in ("act_in_bytes", "act_out_bytes", "weight_bytes")]
     known = ~np.isnan(cols[0]) & ~np.isnan(cols[1]) & ~np.isnan(cols[2])
     a_in, a_out, w = (np.nan_to_num(c) for c in cols)
-    ops = per_distinct(lambda op: _op_name(str(op)), df["op_type"].to_numpy(object)) if "op_type" in df \
-        else np.full(len(df), "", dtype=object)
+    def role(op) -> str:      # views move no data; picks read about what they write
+        name = _op_name(str(op))
+        return "view" if name in VIEW_OPS else "pick" if name in PICK_OPS else ""
+    roles = per_distinct(role, df["op_type"].to_numpy(object)) if "op_type" in df else np.full(len(df), "")
     b = a_in + a_out + w
-    b = np.where(per_distinct(VIEW_OPS.__contains__, ops).astype(bool), 0.0, b)
-    b = np.where(per_distinct(PICK_OPS.__contains__, ops).astype(bool), 2.0 * a_out, b)
+    b = np.where(roles == "view", 0.0, b)
+    b = np.where(roles == "pick", 2.0 * a_out, b)
     any_known = ~(np.isnan(cols[0]) & np.isnan(cols[1]) & np.isnan(cols[2]))
     b = np.where(any_known, b, np.nan)
     return b, known

@@ -15,7 +15,7 @@ from .artifacts import atomic_path
 from .errors import StageError
 from .graph import CONTROL_FLOW, Graph, GraphArrays, NodeTable, build_graph, graph_arrays
 from .inputs import InputSpec, fix_input_shapes, make_feeds, resolve_input_shapes
-from .onnx_io import LightModel, check_external, read_light
+from .onnx_io import LightModel, check_external_data, read_light
 from .provenance import Results, identity
 from .shapes import Inferred, inference_ahead, infer, load_full
 from .validate import validate
@@ -56,7 +56,7 @@ def prepare(path, spec: InputSpec) -> Analysis:
         return shapes
 
     with inference_ahead(light.model, fix) as ahead:      # on the other core while this one validates
-        check_external(light)
+        check_external_data(light)
         nodes = NodeTable.of(light.model.graph)
         validate(light.model, nodes)
         shapes = fix(light.model)

@@ -131,7 +131,7 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
     """Columns transposed in C; numbers typed by numpy as pandas would (NaN among ints: float64); text kept as
     Python str objects, not pandas 3's str dtype: converting 9 columns of 200k rows costs, and the table only
     goes to summarize() and to the CSV (whose writer takes objects as they are)."""
-    return pd.DataFrame({c: pd.Series(np.array(v, dtype=object), dtype=object) if c in TEXT_METRICS else np.array(v)
+    return pd.DataFrame({c: pd.Series(v, dtype=object) if c in TEXT_METRICS else np.array(v)
                          for c, v in zip(METRIC_COLUMNS, list(zip(*rows)) or [()] * len(METRIC_COLUMNS))})
 
 

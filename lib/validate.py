@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 from itertools import chain
+from typing import NamedTuple
 
 import onnx
 from onnx import TensorProto
@@ -122,13 +123,10 @@ def _check_graph(g: onnx.GraphProto, outer: set[str], where: str, table: NodeTab
         if r is not None:
             label = lambda: f"{where}{_label(g, i)}"    # noqa: E731
             _check_inputs(r, op, ins[i], types, label)
-            if not r[2] and not r[3]:   # a schema without attributes (MatMul, Add, Relu): none is read, none
-                continue                # checked (reading the field of 200k nodes costs more than the rest)
-            attrs = n.attribute
-            _check_attributes(r, attrs, op, len(ins[i]), len(outs[i]), label)
-        else:
-            attrs = n.attribute
-        for a in attrs:
+            if not r.attr_types and not r.required_attrs:   # a schema without attributes (MatMul, Add, Relu):
+                continue    # none is read, none checked (reading the field of 200k nodes costs more than the rest)
+            _check_attributes(r, n.attribute, op, len(ins[i]), len(outs[i]), label)
+        for a in n.attribute:
             for sub in attribute_subgraphs(a):
                 _check_graph(sub, everything, f"{where}{_label(g, i)} body {a.name}: ", opsets=opsets)
             if a.type == onnx.AttributeProto.TENSOR:
@@ -147,11 +145,19 @@ def validate(model: onnx.ModelProto, table: NodeTable | None = None) -> None:
 TYPE_IDS = {f"tensor({name.lower()})": value for name, value in TensorProto.DataType.items()}
 
 
+class Rules(NamedTuple):
+    """What a node of an op must satisfy, compiled from its onnx schema."""
+    schema: onnx.defs.OpSchema
+    required: list[int]             # required input positions
+    attr_types: dict[str, int]      # attribute name -> AttributeProto type
+    required_attrs: list[str]
+    allowed: list                   # per input position: the element types allowed (None: anything)
+
+
 @functools.cache
-def _rules(op: str, domain: str, version: int):
-    """What a node of this op must satisfy, compiled once per op: (schema, required input positions, attribute
-    types, required attributes, allowed element types per input position). None: no onnx schema (custom and
-    contrib ops: nothing to check)."""
+def _rules(op: str, domain: str, version: int) -> Rules | None:
+    """The Rules of an op, compiled once per op. None: no onnx schema (custom and contrib ops: nothing to
+    check)."""
     try:
         s = onnx.defs.get_schema(op, version, domain)
     except Exception:  # noqa: BLE001
@@ -165,16 +171,16 @@ def _rules(op: str, domain: str, version: int):
         ok = f.option != opt.Variadic and all(t in TYPE_IDS for t in strs)
         allowed.append(frozenset(TYPE_IDS[t] for t in strs) if ok else None)
     attr_types = {name: int(spec.type.value) for name, spec in s.attributes.items()}
-    return s, required, attr_types, [n for n, spec in s.attributes.items() if spec.required], allowed
+    return Rules(s, required, attr_types, [n for n, spec in s.attributes.items() if spec.required], allowed)
 
 
-def _node_rules(op_type: str, domain: str, opsets: dict):
+def _node_rules(op_type: str, domain: str, opsets: dict) -> Rules | None:
     """_rules() of a node's op under the model's opsets (None: nothing to check)."""
     domain = "" if domain == "ai.onnx" else domain
     return _rules(op_type, domain, opsets[domain]) if domain in opsets else None
 
 
-def _check_inputs(rules, op_type: str, ins: list[str], types: dict, label) -> None:
+def _check_inputs(rules: Rules, op_type: str, ins: list[str], types: dict, label) -> None:
     """A node's inputs against its op's rules: the required ones present, and the element types of the graph
     inputs and weights it reads (`types`) allowed."""
     s, required, _, _, allowed = rules
@@ -190,7 +196,7 @@ def _check_inputs(rules, op_type: str, ins: list[str], types: dict, label) -> No
             raise StageError(f"{label()}: input {t!r} is tensor({got}), which {s.name} does not take")
 
 
-def _check_attributes(rules, attrs, op_type: str, n_in: int, n_out: int, label) -> None:
+def _check_attributes(rules: Rules, attrs, op_type: str, n_in: int, n_out: int, label) -> None:
     """A node's attributes (as read once: each protobuf field access costs) against its op's rules."""
     _, _, attr_types, required_attrs, _ = rules
     given = {a.name: a for a in attrs}
