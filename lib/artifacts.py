@@ -10,6 +10,7 @@ import shutil
 import sys
 import tempfile
 from contextlib import contextmanager, suppress
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -137,44 +138,63 @@ def _write_halves(df: pd.DataFrame, f, tmp: Path) -> None:
 
 
 def _write_rows(df: pd.DataFrame, start: int, end: int, out) -> None:
-    """Rows start..end as CSV lines onto the open file `out`."""
+    """Rows start..end as CSV lines onto the open file `out`. A column whose cells in a slice are all one text
+    (a profile's columns when there is none, a flag no row sets) is formatted once and joined as that text;
+    a run of them as one."""
     for s in range(start, end, CSV_SLICE):
         part = df.iloc[s:min(s + CSV_SLICE, end)]
-        cols = [_csv_cells(part.iloc[:, i]) for i in range(part.shape[1])]
-        out.write("\n".join(map(",".join, zip(*cols))) + "\n")
+        items = []
+        for i in range(part.shape[1]):
+            cells = _csv_cells(part.iloc[:, i])
+            if type(cells) is str and items and type(items[-1]) is str:
+                items[-1] += "," + cells
+            else:
+                items.append(cells)
+        if all(type(c) is str for c in items):
+            out.write((",".join(items) + "\n") * len(part))
+        else:
+            out.write("\n".join(map(",".join, zip(*[repeat(c) if type(c) is str else c for c in items]))) + "\n")
 
 
 CSV_SLICE = 50_000
 _CSV_SPECIAL = re.compile(r'[,"\r\n]')
 
 
-def _csv_cells(col: pd.Series) -> list[str]:
+def _csv_cells(col: pd.Series) -> list[str] | str:
+    """The column's cells as text, or one text when every cell is the same (checked on the values, in C)."""
     if isinstance(col.dtype, pd.StringDtype):      # its objects as they are (NaN or None where missing)
-        return _text_cells(col.to_numpy().tolist())
+        return _one_text(_text_cells(col.to_numpy().tolist()))
     if isinstance(col.dtype, pd.api.extensions.ExtensionDtype):    # nullable ints, categoricals
-        return _text_cells(col.to_numpy(dtype=object, na_value=None).tolist())
+        return _one_text(_text_cells(col.to_numpy(dtype=object, na_value=None).tolist()))
     a = np.ascontiguousarray(col.to_numpy())
     kind = a.dtype.kind
     if kind == "b":
-        return np.where(a, "True", "False").tolist()
+        return "True" if a.all() else "False" if not a.any() else np.where(a, "True", "False").tolist()
     if kind in "iu" or (kind == "f" and a.dtype.itemsize == 8):
-        return _numeric_cells(a)
+        if kind == "f" and np.isnan(a).all():
+            return ""
+        bits = a.view(np.int64) if kind == "f" else a      # bitwise: -0.0 is not written as 0.0
+        return _numeric_cells(a[:1])[0] if (bits == bits[0]).all() else _numeric_cells(a)
     if kind == "O":
-        return _text_cells(col.tolist())
-    return _text_cells(col.astype(str).where(col.notna(), None).tolist())   # float32, dates
+        return _one_text(_text_cells(col.tolist()))
+    return _one_text(_text_cells(col.astype(str).where(col.notna(), None).tolist()))   # float32, dates
 
 
 def _numeric_cells(a: np.ndarray) -> list[str]:
     """str() of each number, as pandas writes it ('' for NaN). orjson matches repr digit for digit, but writes
-    exponents its own way (1e-7, 1e16 where repr has 1e-07, 1e+16: mended on the whole text) and the decade
-    [1e-5, 1e-4) without one (0.00002 where repr has 2e-05): those cells, and inf, take repr(). NaN and inf
-    come out as null: NaN's cell is then emptied on the whole text too."""
+    exponents its own way (1e-7, 1e16 where repr has 1e-07, 1e+16), the decade [1e-5, 1e-4) without one
+    (0.00002 where repr has 2e-05), and NaN and inf as null. Those cells take repr() (found in C: exponents by
+    the position of their 'e'); where a third or more of the column has an exponent, they are mended on the
+    whole text instead (str.replace in C: 18 passes cost about 0.5 us a cell, repr() 1.2 us). NaN's cell is
+    emptied on the whole text."""
     if len(a) == 0:
         return []
+    raw = orjson.dumps(a, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+    text = raw.decode()
     if a.dtype.kind in "iu":
-        return orjson.dumps(a, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].decode().split(",")
-    text = orjson.dumps(a, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].decode()
-    if "e" in text:     # str.replace runs in C; a regex substitution per match costs 1-2 us
+        return text.split(",")
+    n_exp = text.count("e")
+    if n_exp * 3 >= len(a):
         text += ","
         for d in "123456789":
             text = text.replace(f"e-{d},", f"e-0{d},").replace(f"e{d}", f"e+{d}")
@@ -182,8 +202,11 @@ def _numeric_cells(a: np.ndarray) -> list[str]:
     cells = text.replace("null", "").split(",")
     mag = np.abs(a)
     with np.errstate(invalid="ignore"):
-        odd = np.flatnonzero(np.isinf(a) | ((mag < 1e-4) & (mag >= 1e-5)))
-    for i, v in zip(odd.tolist(), a[odd].tolist()):
+        odd = np.isinf(a) | ((mag < 1e-4) & (mag >= 1e-5))
+    if 0 < n_exp * 3 < len(a):      # cell index of an 'e' = the commas before it
+        b = np.frombuffer(raw, np.uint8)
+        odd[np.searchsorted(np.flatnonzero(b == ord(",")), np.flatnonzero(b == ord("e")))] = True
+    for i, v in zip(np.flatnonzero(odd).tolist(), a[odd].tolist()):
         cells[i] = repr(v)
     return cells
 
@@ -197,6 +220,11 @@ def _text_cells(values: list) -> list[str]:
     if _CSV_SPECIAL.search("\x00".join(cells)):
         cells = ['"' + t.replace('"', '""') + '"' if _CSV_SPECIAL.search(t) else t for t in cells]
     return cells
+
+
+def _one_text(cells: list[str]) -> list[str] | str:
+    """cells, or their one text when they are all the same (list.count compares in C)."""
+    return cells[0] if cells and cells.count(cells[0]) == len(cells) else cells
 
 
 def write_json(obj, path: Path, indent: int | None = 2) -> None:

@@ -69,7 +69,7 @@ def prepare(path, spec: InputSpec) -> Analysis:
 def _skeleton(model: onnx.ModelProto, nodes: NodeTable) -> Graph | None:
     """The graph's structure (order, producers, consumers, node views, small constants), which inference does
     not change (it adds value_info only), built from the light model; _indexed() attaches the inferred tensors
-    (its `model` stays the light one: the inferred model is only parsed where it is saved, in saving_graph).
+    (its `model` stays the light one: the inferred model is saved as the bytes the inference gave, in saving_graph).
     None with control flow: the costs need the bodies' inferred value_info."""
     if any(op in CONTROL_FLOW for op in nodes.ops):
         return None
@@ -107,10 +107,7 @@ def saving_graph(an: Analysis, rdir: Path, run_id: str, consts: set[str]):
     computes the metrics, and put in place when the block succeeds (nothing is, when it fails)."""
     with atomic_path(Path(rdir) / GRAPH_FILE) as graph_tmp, atomic_path(Path(rdir) / ARRAYS_FILE) as arrays_tmp:
         def save():
-            m = an.inferred.model
-            del m.metadata_props[:]
-            m.metadata_props.add(key="nn-perf:run_id", value=run_id)
-            graph_tmp.write_bytes(m.SerializeToString())
+            graph_tmp.write_bytes(an.inferred.tagged_bytes("nn-perf:run_id", run_id))
             with open(arrays_tmp, "wb") as f:
                 graph_arrays(an.graph, consts, run_id).save(f)
         with parallel.meanwhile(save, inline=len(an.graph.nodes) < parallel.MIN_ITEMS):

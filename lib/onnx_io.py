@@ -121,6 +121,23 @@ def _rewrite(buf, start: int, end: int, rules: dict) -> bytes | None:
     return b"".join(bytes(x) for x in out)
 
 
+def with_metadata(data: bytes, key: str, value: str) -> bytes:
+    """A serialized ModelProto with its metadata_props (field 14) replaced by the one entry key = value, put
+    where a serializer puts it (fields in number order): the bytes parse, edit and SerializeToString() give,
+    without parsing a 200k-node graph (0.25 s) to tag it."""
+    entry = _field(14, _field(1, key.encode()) + _field(2, value.encode()))
+    out, placed = [], False
+    for fnum, _wt, fstart, _vstart, vend in _fields(data, 0, len(data)):
+        if fnum > 14 and not placed:
+            out.append(entry)
+            placed = True
+        if fnum != 14:
+            out.append(data[fstart:vend])
+    if not placed:
+        out.append(entry)
+    return b"".join(out)
+
+
 class _Stripper:
     def __init__(self, buf):
         self.buf = buf

@@ -176,22 +176,39 @@ def test_csv_writer_writes_what_pandas_writes(tmp_path):
     assert back["text"].tolist()[:3] == ["a,b", 'say "x"', "line\nbreak"]
 
 
-def test_csv_writer_floats_of_every_magnitude(tmp_path):
-    """The float cells' text is orjson's, mended on the whole column (exponents 1e-7 -> 1e-07, 1e16 -> 1e+16,
-    null -> empty) with repr() for the decade [1e-5, 1e-4) and inf: pandas' bytes for 20k random floats from
-    5e-324 to 1e308, both signs, NaN and inf among them, and for columns that are all NaN."""
+def test_csv_writer_floats_of_every_magnitude(tmp_path, monkeypatch):
+    """The float cells' text is orjson's, mended on the whole column where a third or more have an exponent
+    (1e-7 -> 1e-07, 1e16 -> 1e+16), else by repr() of those cells found by position; repr() for the decade
+    [1e-5, 1e-4) and inf; null -> empty. A column that is one text in a slice of rows (all NaN, -0.0, a flag
+    no row sets, a constant name) is written once per slice, and a run of them as one. pandas' bytes for 20k
+    random floats from 5e-324 to 1e308, both signs, NaN and inf among them, with slices of 4096 rows so that
+    some columns are constant in some slices only."""
     import pandas as pd
-    from lib.artifacts import write_csv
+    from lib import artifacts
+    monkeypatch.setattr(artifacts, "CSV_SLICE", 4096)
     rng = np.random.default_rng(3)
-    x = 10.0 ** rng.uniform(-323, 308, 20_000) * rng.choice([-1.0, 1.0], 20_000)
+    n = 20_000
+    x = 10.0 ** rng.uniform(-323, 308, n) * rng.choice([-1.0, 1.0], n)
     x[rng.integers(0, len(x), 300)] = np.nan
     x[rng.integers(0, len(x), 30)] = np.inf
     x[:12] = [1e-7, 2.5e-100, 1e22, -3.3e-6, 1e-5, 9.99e-5, 1e-4, 1e16, 9999999999999998.0, -np.inf, 5e-324, 0.0]
+    sparse = rng.uniform(0, 1000, n)        # a few exponents (fewer than a third of a slice): repr() by position
+    sparse[rng.integers(0, n, 40)] = 10.0 ** rng.uniform(-12, -5, 40)
+    sparse[rng.integers(0, n, 10)] = 10.0 ** rng.uniform(16, 30, 10)
+    zeros = np.zeros(n)
+    zeros[7000:7100] = -0.0                 # equal to 0.0, written apart: bitwise, never one text for both
+    steps = np.repeat([1.0, np.nan, 1e-7, np.inf, -0.0], n // 5)     # one value per slice, in most slices
     df = pd.DataFrame({"x": x, "decade": 10.0 ** rng.uniform(-6, -3, len(x)), "none": np.full(len(x), np.nan),
-                       "n": np.arange(len(x))})
-    write_csv(df, tmp_path / "ours.csv")
+                       "n": np.arange(len(x)), "sparse": sparse, "zeros": zeros, "steps": steps,
+                       "flag": np.arange(n) >= 9000, "one": np.full(n, 7), "name": ["a,b"] * n,
+                       "missing": pd.Series([None] * n, dtype=object), "tail": np.full(n, np.nan)})
+    artifacts.write_csv(df, tmp_path / "ours.csv")
     df.to_csv(tmp_path / "pandas.csv", index=False)
     assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
+    const = df[["one", "name", "missing", "tail"]]      # every column one text: lines written as one
+    artifacts.write_csv(const, tmp_path / "const.csv")
+    const.to_csv(tmp_path / "const_pandas.csv", index=False)
+    assert (tmp_path / "const.csv").read_bytes() == (tmp_path / "const_pandas.csv").read_bytes()
 
 
 @pytest.mark.parametrize("names", [["a", "", "b\u00e9", "\u65e5\u672c", "c"], ["x\ny", "", "z"], [""], []])

@@ -6,6 +6,7 @@ import os
 import time
 
 import numpy as np
+import onnx
 import pandas as pd
 import pytest
 
@@ -136,3 +137,28 @@ def test_saving_graph_leaves_nothing_when_the_stage_fails(tmp_path, monkeypatch,
     with saving_graph(an, rdir, "run2", set()):
         pass
     assert sorted(p.name for p in rdir.iterdir()) == ["graph.npz", "graph.onnx"]
+
+
+@pytest.mark.parametrize("min_items", [1, 10**9])
+def test_graph_onnx_is_tagged_as_parsing_would_tag_it(tmp_path, monkeypatch, min_items):
+    """graph.onnx is the inference's bytes with metadata_props replaced at the wire level (no parse of the
+    graph): the very bytes that parsing, replacing them and serializing give. Checked on the model 02 saves
+    (serialized by the child, or a ModelProto in one process), and on one that has metadata of its own and
+    fields numbered past 14 (functions), where the tag must go between them."""
+    from lib.onnx_io import with_metadata
+    an = _analysis(tmp_path, monkeypatch, min_items)
+    with saving_graph(an, tmp_path / "r", "run7", set()):
+        pass
+    m = onnx.ModelProto()
+    m.CopyFrom(an.inferred.model)
+    del m.metadata_props[:]
+    m.metadata_props.add(key="nn-perf:run_id", value="run7")
+    assert (tmp_path / "r" / "graph.onnx").read_bytes() == m.SerializeToString()
+    m.metadata_props.add(key="author", value="x" * 300)
+    m.functions.add(name="f", domain="local")
+    m.doc_string = "d"
+    tagged = with_metadata(m.SerializeToString(), "k", "v")
+    del m.metadata_props[:]
+    m.metadata_props.add(key="k", value="v")
+    assert tagged == m.SerializeToString()
+    assert [(p.key, p.value) for p in onnx.ModelProto.FromString(tagged).metadata_props] == [("k", "v")]
