@@ -215,9 +215,13 @@ def _text_cells(values: list) -> list[str]:
     """Each cell as the csv module writes it (QUOTE_MINIMAL): missing values empty, str() of the rest,
     quoted (with doubled quotes) when it holds a comma, a quote or a line break (one search per column
     first: names rarely do)."""
-    cells = [v if type(v) is str else "" if v is None or v is pd.NA or (isinstance(v, float) and v != v)
-             else str(v) for v in values]
-    if _CSV_SPECIAL.search("\x00".join(cells)):
+    if set(map(type, values)) <= {str}:      # every cell text already: checked in C (a third of the loop's time)
+        cells = values
+    else:
+        cells = [v if type(v) is str else "" if v is None or v is pd.NA or (isinstance(v, float) and v != v)
+                 else str(v) for v in values]
+    joined = "\x00".join(cells)
+    if any(c in joined for c in ',"\r\n'):      # `in` scans at memory speed, the regex at 5 ns a character
         cells = ['"' + t.replace('"', '""') + '"' if _CSV_SPECIAL.search(t) else t for t in cells]
     return cells
 
