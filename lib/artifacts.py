@@ -15,11 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-import pandas as pd
 import yaml
 
-from . import parallel
+from . import lazy_import, parallel
 from .errors import StageError
+
+pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import onnx
 
-from . import parallel
+from . import finish_imports, parallel
 from .artifacts import atomic_path
 from .errors import StageError
 from .graph import CONTROL_FLOW, Graph, GraphArrays, NodeTable, build_graph, graph_arrays
@@ -61,6 +61,7 @@ def prepare(path, spec: InputSpec) -> Analysis:
         validate(light.model, nodes)
         shapes = fix(light.model)
         skeleton = _skeleton(light.model, nodes)     # while the other core still infers
+        finish_imports()    # pandas (0.3 s), deferred so that the child forked sooner: done while it still infers
         inf = infer(light.model, lambda: load_full(light.path), lambda: make_feeds(light.model, shapes, spec),
                     table=nodes, ahead=ahead())
     return Analysis(_indexed(inf, skeleton), shapes, light, spec, inf)

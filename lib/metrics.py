@@ -6,13 +6,14 @@ import re
 from itertools import filterfalse, repeat
 
 import numpy as np
-import pandas as pd
 
-from . import parallel
+from . import lazy_import, parallel
 from .control_flow import cost_note
 from .errors import StageError
 from .graph import CONTROL_FLOW, Graph, constant_tensors, dtype_name, shape_tensors
 from .op_costs import SHAPE_OPS, lookup, op_key
+
+pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
 
 METRIC_COLUMNS = ["node", "op_type", "topo_idx", "flops", "macs", "act_in_bytes", "act_out_bytes",
                   "weight_bytes", "dtype", "out_shapes", "cost_known", "bytes_known", "shape_op", "op_class",
