@@ -93,5 +93,11 @@ def run(main, argv=None) -> None:
         traceback.print_exc()
         print("internal error (a bug, not your input): please report the traceback above", file=sys.stderr)
         sys.exit(1)
-    gc.freeze()     # the interpreter's collections at exit skip what is left (0.15 s after a 200k-node stage)
-    sys.exit(rc or 0)
+    # done: skip the interpreter's teardown (it frees millions of objects one by one: 0.12-0.15 s after a
+    # 200k-node stage). Every file is closed by its with-block, and no stage leaves an exit handler to run.
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:     # as above: the reader went away
+        os._exit(1)
+    os._exit(rc or 0)
