@@ -177,9 +177,9 @@ def test_csv_writer_writes_what_pandas_writes(tmp_path):
 
 
 def test_csv_writer_floats_of_every_magnitude(tmp_path, monkeypatch):
-    """The float cells' text is orjson's, mended on the whole column where a third or more have an exponent
-    (1e-7 -> 1e-07, 1e16 -> 1e+16), else by repr() of those cells found by position; repr() for the decade
-    [1e-5, 1e-4) and inf; null -> empty. A column that is one text in a slice of rows (all NaN, -0.0, a flag
+    """The float cells' text is orjson's: a run of columns that need no mending as one 2D block; else mended
+    on the whole column where a third or more have an exponent (1e-7 -> 1e-07, 1e16 -> 1e+16), else by
+    repr() of those cells found by position; repr() for the decade [1e-5, 1e-4) and inf; null -> empty. A column that is one text in a slice of rows (all NaN, -0.0, a flag
     no row sets, a constant name) is written once per slice, and a run of them as one. pandas' bytes for 20k
     random floats from 5e-324 to 1e308, both signs, NaN and inf among them, with slices of 4096 rows so that
     some columns are constant in some slices only."""
@@ -198,7 +198,12 @@ def test_csv_writer_floats_of_every_magnitude(tmp_path, monkeypatch):
     zeros = np.zeros(n)
     zeros[7000:7100] = -0.0                 # equal to 0.0, written apart: bitwise, never one text for both
     steps = np.repeat([1.0, np.nan, 1e-7, np.inf, -0.0], n // 5)     # one value per slice, in most slices
-    df = pd.DataFrame({"x": x, "decade": 10.0 ** rng.uniform(-6, -3, len(x)), "none": np.full(len(x), np.nan),
+    plain = rng.uniform(-1e6, 1e6, (3, n))      # runs of floats written as one orjson block per slice
+    plain[0, rng.integers(0, n, 500)] = np.nan
+    plain[1] = np.round(plain[1])
+    plain[2, :10] = [1e-4, 9999999999999998.0, -0.0, 0.0, np.nan, 1.5, 2.0 ** 53, -1e-4, 123456.789, 0.1]
+    df = pd.DataFrame({"p0": plain[0], "p1": plain[1], "x": x, "p2": plain[2],
+                       "decade": 10.0 ** rng.uniform(-6, -3, len(x)), "none": np.full(len(x), np.nan),
                        "n": np.arange(len(x)), "sparse": sparse, "zeros": zeros, "steps": steps,
                        "flag": np.arange(n) >= 9000, "one": np.full(n, 7), "name": ["a,b"] * n,
                        "missing": pd.Series([None] * n, dtype=object), "tail": np.full(n, np.nan)})
