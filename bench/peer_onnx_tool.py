@@ -11,7 +11,7 @@ Per model, each measured as its own process under /usr/bin/time -v (wall = media
 = median of the runs' "Maximum resident set size"), the runs of the three interleaved:
   - this project: `02_shapes_flops_bytes.py --model M --results <tmp>` (+ `--preset llm-128` for the Hugging
     Face exports); on the synthetic graphs also `03_merge_profile_metrics.py` and `07_split_candidates.py` after it
-    (07 reads 03's table; "07" below is 03 + 07), reported apart and summed. From 10k nodes the stages use
+    (07 reads 03's table; "07" below is 03 + 07, with 03's part and 07 alone shown), summed with 02. From 10k nodes the stages use
     the second core (lib/parallel.py); run the bench under NNPERF_SERIAL=1 for one process;
   - onnx-tool: the body of `onnx_tool.model_profile` (load, reorder, shape_infer, profile, per-node CSV),
     inlined in a small driver so that its phases are timed too, run in its own venv bench/.venv-onnx-tool
@@ -255,7 +255,8 @@ def measure_model(name: str, path: Path, a, peer_ok: bool, tmp: Path) -> dict:
             if run is not r03:
                 run = {**run, "wall_s": run["wall_s"] + r03["wall_s"],
                        "rss_mib": max(x for x in (run["rss_mib"], r03["rss_mib"], 0) if x is not None)}
-            rec["s07"].append(_brief(run))
+            parts = {"s03_wall_s": r03["wall_s"], "s07_alone_wall_s": run["wall_s"] - r03["wall_s"]}
+            rec["s07"].append(_brief(run) | (parts if run["rc"] == 0 else {}))     # 03's part, shown apart
             if run["rc"] != 0:
                 print(f"  stage 03/07 failed: {last_line(run['stderr'])}", flush=True)
         if not peer_dead:
@@ -282,6 +283,7 @@ def measure_model(name: str, path: Path, a, peer_ok: bool, tmp: Path) -> dict:
     for k in ("s02", "s07", "peer", "floor"):
         rec[k + "_wall_s"] = med(rec[k], "wall_s")
         rec[k + "_rss_mib"] = med(rec[k], "rss_mib")
+    rec["s03_wall_s"], rec["s07_alone_wall_s"] = med(rec["s07"], "s03_wall_s"), med(rec["s07"], "s07_alone_wall_s")
     rec["peer_killed"] = any(r["killed"] for r in rec["peer"])
     if rec["peer_phases"]:
         rec["peer_phase_median"] = {k: statistics.median(p[k] for p in rec["peer_phases"])
@@ -696,7 +698,9 @@ def summary_table(recs: dict, peer_ok: bool) -> list[str]:
             rss = max([x for x in (rec["s02_rss_mib"], rec["s07_rss_mib"]) if x is not None], default=None)
             n = rec.get("nodes")
             per10k = f", {tot / n * 1e4:.2f} s / 10k nodes" if tot is not None and n else ""
-            ours = (f"02 {fmt_s(s02)} + 07 {fmt_s(s07)} = {fmt_s(tot)}{per10k}; peak {fmt_mib(rss)} "
+            s03, alone = rec.get("s03_wall_s"), rec.get("s07_alone_wall_s")
+            split = f" (03 {fmt_s(s03)}, 07 alone {fmt_s(alone)})" if s03 is not None and alone is not None else ""
+            ours = (f"02 {fmt_s(s02)} + 07 {fmt_s(s07)}{split} = {fmt_s(tot)}{per10k}; peak {fmt_mib(rss)} "
                     f"(02 {fmt_mib(rec['s02_rss_mib'])}, 07 {fmt_mib(rec['s07_rss_mib'])})")
             work = f"02+07 on synthetic {n:,} nodes" if n else f"02+07 on {name}"
             lines.append(f"| {work} | {ours} | {peer_cell(rec)} | {floor} | {ratio(tot, rec, 'floor')} | "
