@@ -14,7 +14,6 @@ from lib.artifacts import CONFIGS, read_csv, versions, write_csv, write_json
 from lib.errors import StageError
 from lib.host import load_host
 from lib.latency_model import ort_node_roles, predict_profile
-from lib.loading import analysed
 from lib.provenance import Results, stamp
 from lib.roofline import LATENCY_COLUMNS, merge, roofline
 
@@ -30,6 +29,8 @@ def predicted(df, meta: dict, host: dict, a, metas: dict):
             print(f"note: ONNX Runtime optimizes the {len(df):,}-node graph to find its fusions; its optimizer is "
                   f"superlinear (37 s at 50k nodes on 2 cores, over 10 min at 200k): leave out --model to predict "
                   f"without fusions", flush=True)
+        # onnx and the model front door, imported only on this path (0.1 s)
+        from lib.loading import analysed
         graph = analysed(a.rdir, a.model)[0].graph
         try:
             roles = ort_node_roles(a.model, graph=graph)
