@@ -81,7 +81,7 @@ def test_csv_halves_give_the_bytes_of_one_process(tmp_path, monkeypatch, child_f
                        "flops": rng.random(n) * 1e9, "bytes": rng.integers(0, 2**40, n),
                        "ok": rng.random(n) > 0.5, "note": [None if i % 3 else "x" for i in range(n)]})
     df.loc[5, "flops"] = np.nan
-    monkeypatch.setattr(parallel, "MIN_ITEMS", 10)
+    monkeypatch.setattr(parallel, "MIN_ITEMS", 1)      # halves from 500 cells: this frame has 5,005
     monkeypatch.setattr(artifacts, "CSV_SLICE", 97)      # several slices in each half
     if child_fails:
         monkeypatch.setattr(artifacts, "_write_rows", fails_in_child(artifacts._write_rows))
