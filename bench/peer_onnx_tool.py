@@ -11,8 +11,8 @@ Per model, each measured as its own process under /usr/bin/time -v (wall = media
 = median of the runs' "Maximum resident set size"), the runs of the three interleaved:
   - this project: `02_shapes_flops_bytes.py --model M --results <tmp>` (+ `--preset llm-128` for the Hugging
     Face exports); on the synthetic graphs also `03_merge_profile_metrics.py` and `07_split_candidates.py` after it
-    (07 reads 03's table; "07" below is 03 + 07, with 03's part and 07 alone shown), summed with 02. From 10k nodes the stages use
-    the second core (lib/parallel.py); run the bench under NNPERF_SERIAL=1 for one process;
+    (07 reads 03's table; "07" below is 03 + 07, with 03's part and 07 alone shown), summed with 02. From 10k
+    nodes the stages use the second core (lib/parallel.py); run the bench under NNPERF_SERIAL=1 for one process;
   - onnx-tool: the body of `onnx_tool.model_profile` (load, reorder, shape_infer, profile, per-node CSV),
     inlined in a small driver so that its phases are timed too, run in its own venv bench/.venv-onnx-tool
     (created on first use, pinned below; never a project dependency); killed after --peer-timeout seconds;

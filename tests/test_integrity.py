@@ -179,10 +179,11 @@ def test_csv_writer_writes_what_pandas_writes(tmp_path):
 def test_csv_writer_floats_of_every_magnitude(tmp_path, monkeypatch):
     """The float cells' text is orjson's: a run of columns that need no mending as one 2D block; else mended
     on the whole column where a third or more have an exponent (1e-7 -> 1e-07, 1e16 -> 1e+16), else by
-    repr() of those cells found by position; repr() for the decade [1e-5, 1e-4) and inf; null -> empty. A column that is one text in a slice of rows (all NaN, -0.0, a flag
-    no row sets, a constant name) is written once per slice, and a run of them as one. pandas' bytes for 20k
-    random floats from 5e-324 to 1e308, both signs, NaN and inf among them, with slices of 4096 rows so that
-    some columns are constant in some slices only."""
+    repr() of those cells found by position; repr() for the decade [1e-5, 1e-4) and inf; null -> empty. A
+    column that is one text in a slice of rows (all NaN, -0.0, a flag no row sets, a constant name) is written
+    once per slice, and a run of them as one. pandas' bytes for 20k random floats from 5e-324 to 1e308, both
+    signs, NaN and inf among them, with slices of 4096 rows so that some columns are constant in some slices
+    only."""
     import pandas as pd
     from lib import artifacts
     monkeypatch.setattr(artifacts, "CSV_SLICE", 4096)
