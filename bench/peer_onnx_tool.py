@@ -815,6 +815,9 @@ def main():
     out["pythonpath"] = os.environ.get("PYTHONPATH")
     out["serial"] = os.environ.get("NNPERF_SERIAL", "") not in ("", "0")
     out["project_dir"] = str(Path(a.project_dir).resolve())
+    # our modules load from bytecode, as the installed libraries (onnx, pandas) and the floor's do: under
+    # PYTHONDONTWRITEBYTECODE=1 Python never writes lib/'s .pyc itself, and compiles it at every start
+    subprocess.run([PY, "-m", "compileall", "-q", str(Path(a.project_dir) / "lib")], check=False)
     print(f"this project: stages of {out['project_dir']}, run by {PY} ({out['project_versions']}"
           + (f", PYTHONPATH={out['pythonpath']}" if out["pythonpath"] else "")
           + ("; one process (NNPERF_SERIAL=1)" if out["serial"] else "; a forked child on the second core from 10k nodes")
