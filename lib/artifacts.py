@@ -178,10 +178,9 @@ def _plain_floats(col: pd.Series) -> bool:
     a = col.to_numpy()
     mag = np.abs(a)
     with np.errstate(invalid="ignore"):
-        if ((mag < 1e-4) & (mag > 0)).any() or (mag >= 1e16).any() or np.isnan(a).all():
+        if ((mag < 1e-4) & (mag > 0)).any() or (mag >= 1e16).any():
             return False
-    bits = a.view(np.int64)
-    return not (bits == bits[0]).all()
+    return _one_number(a) is None
 
 
 def _float_rows(arrays: list[np.ndarray]) -> list[str]:
@@ -212,13 +211,20 @@ def _csv_cells(col: pd.Series) -> list[str] | str:
     if kind == "b":
         return "True" if a.all() else "False" if not a.any() else np.where(a, "True", "False").tolist()
     if kind in "iu" or (kind == "f" and a.dtype.itemsize == 8):
-        if kind == "f" and np.isnan(a).all():
-            return ""
-        bits = a.view(np.int64) if kind == "f" else a      # bitwise: -0.0 is not written as 0.0
-        return _numeric_cells(a[:1])[0] if (bits == bits[0]).all() else _numeric_cells(a)
+        one = _one_number(a)
+        return _numeric_cells(a) if one is None else one
     if kind == "O":
         return _one_text(_text_cells(col.tolist()))
     return _one_text(_text_cells(col.astype(str).where(col.notna(), None).tolist()))   # float32, dates
+
+
+def _one_number(a: np.ndarray) -> str | None:
+    """The text of every cell of a non-empty int or float64 column when it is the same for all (NaN: empty),
+    else None. Compared bitwise: -0.0 is not written as 0.0."""
+    if a.dtype.kind == "f" and np.isnan(a).all():
+        return ""
+    bits = a.view(np.int64) if a.dtype.kind == "f" else a
+    return _numeric_cells(a[:1])[0] if (bits == bits[0]).all() else None
 
 
 def _numeric_cells(a: np.ndarray) -> list[str]:

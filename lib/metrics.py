@@ -9,6 +9,7 @@ import numpy as np
 
 from . import lazy_import, parallel
 from .control_flow import cost_note
+from .artifacts import TEXT_COLUMNS
 from .errors import StageError
 from .graph import CONTROL_FLOW, Graph, constant_tensors, dtype_name, shape_tensors
 from .op_costs import SHAPE_OPS, lookup, op_key
@@ -18,7 +19,7 @@ pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
 METRIC_COLUMNS = ["node", "op_type", "topo_idx", "flops", "macs", "act_in_bytes", "act_out_bytes",
                   "weight_bytes", "dtype", "out_shapes", "cost_known", "bytes_known", "shape_op", "op_class",
                   "mac_dtype", "shape_source", "cost_note", "layer"]
-TEXT_METRICS = {"node", "op_type", "dtype", "out_shapes", "op_class", "mac_dtype", "shape_source", "cost_note", "layer"}
+TEXT_METRICS = set(METRIC_COLUMNS) & set(TEXT_COLUMNS)      # kept as Python str objects (_frame)
 
 
 def _bytes(tensors, names) -> int | None:
@@ -184,11 +185,14 @@ def _source(g: Graph, consts: set[str], outs: list[str], graph_outputs: set[str]
     if consts.issuperset(outs):
         return "constant"
     if len(outs) == 1:
-        info = g.tensors.get(outs[0])
-        return "unknown" if info is None or info.shape is None else g.shape_source.get(outs[0], "onnx")
-    seen = {"unknown" if (info := g.tensors.get(o)) is None or info.shape is None else g.shape_source.get(o, "onnx")
-            for o in outs}
+        return _tensor_source(g, outs[0])
+    seen = {_tensor_source(g, o) for o in outs}
     return seen.pop() if len(seen) == 1 else next(s for s in SOURCE_ORDER if s in seen)
+
+
+def _tensor_source(g: Graph, t: str) -> str:
+    info = g.tensors.get(t)
+    return "unknown" if info is None or info.shape is None else g.shape_source.get(t, "onnx")
 
 
 KV_NAMES = re.compile(r"(past|present|cache|kv)", re.I)

@@ -434,14 +434,21 @@ def ranking_overrides(system: dict, **flags) -> dict:
     return system
 
 
+def _per_combination(fn, by: list[str]) -> list:
+    """fn(codes) for each boundary's pruned_by text, computed once per distinct text (a few rule combinations
+    among 200k boundaries). latency_model.per_distinct does this for columns of scalars; fn here returns
+    lists, which a numpy object array would take apart."""
+    memo = {c: fn(c) for c in dict.fromkeys(by)}
+    return list(map(memo.__getitem__, by))
+
+
 def pruning_summary(df: pd.DataFrame, rules: dict) -> dict:
     """candidate_pruning.json: counts per rule code and every pruned boundary with its reasons (the columns
     it needs, taken as lists: 200k boundaries)."""
     mask = df["pruned"].to_numpy(bool)
     col = lambda c: df[c].to_numpy(object)[mask].tolist()   # noqa: E731
     by = col("pruned_by")
-    split = {c: c.split(";") for c in dict.fromkeys(by)}     # a few distinct rule combinations among 200k
-    codes = list(map(split.__getitem__, by))
+    codes = _per_combination(lambda c: c.split(";"), by)
     return {"rules": rules, "boundaries": int(len(df)), "pruned": int(mask.sum()),
             "by_rule": dict(Counter(chain.from_iterable(codes)).most_common()),
             "candidates": [{"boundary": b, "after_node": n, "rules": c, "reasons": t.split("; ")}
@@ -527,9 +534,8 @@ def split_model(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None
                         "ec": _compact(ec), "em": _compact(em), "ovh_us": _compact(ovh)}
     rk = system.get("ranking", {})
     by = df["pruned_by"].tolist()
-    kept = {codes: ";".join(c for c in codes.split(";") if c and c not in DYNAMIC_RULES and c != "near_duplicate")
-            for codes in dict.fromkeys(by)}     # a few distinct rule combinations among 200k boundaries
-    static = list(map(kept.__getitem__, by))
+    static = _per_combination(lambda codes: ";".join(c for c in codes.split(";") if c and c not in DYNAMIC_RULES
+                                                     and c != "near_duplicate"), by)
     return {"nodes": {"n": len(prof), "flops": _nullable(flops), "bytes": _nullable(nbytes),
                       "latency_a_us": _nullable(np.nan_to_num(np.asarray(latency, dtype=float), nan=0.0))
                       if latency is not None else None},
