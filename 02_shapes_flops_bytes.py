@@ -12,7 +12,6 @@ and input spec).
 from lib import cli
 from lib.artifacts import versions, write_csv, write_json
 from lib.errors import StageError
-from lib.graph import constant_tensors
 from lib.inputs import InputSpec
 from lib.loading import prepare, saving_graph
 from lib.metrics import kv_cache, node_metrics, summarize
@@ -52,10 +51,10 @@ def main(argv=None):
                    help="exit 2 when any op has no cost model (default: flag, count and list them)")
     a = cli.parse(p, argv)
     an = prepare(a.model, InputSpec.from_args(a))
-    consts = constant_tensors(an.graph)
+    consts = an.constants()
     run_id = new_run_id()
-    with saving_graph(an, a.rdir, run_id, consts):      # on the other core while the metrics are computed
-        df = node_metrics(an.graph, consts)
+    with saving_graph(an, a.rdir, run_id, consts) as saving:    # on the other core, with part of the rows
+        df = node_metrics(an.graph, consts, along=saving)
         s = summarize(df)
         if a.fail_on_unknown and s["unknown_cost_nodes"]:
             raise StageError(f"{s['unknown_cost_nodes']} nodes have ops of unknown cost: "

@@ -102,38 +102,44 @@ def atomic_path(path: Path):
         raise
 
 
-def write_csv(df: pd.DataFrame, path: Path) -> None:
+def write_csv(df: pd.DataFrame, path: Path, along: parallel.Task | None = None, child_share: float = 0.5) -> None:
     """The bytes pandas' to_csv(index=False) writes, 8-9x faster on a 200k-node graph's tables: float repr is
     ~1 us a cell in Python, so numeric columns are formatted by orjson (Rust; the same shortest round-trip
-    digits as repr), text is quoted as the csv module does, and rows are joined in slices of 50k."""
+    digits as repr), text is quoted as the csv module does, and rows are joined in slices of 50k. A large
+    table (5M cells; MIN_ITEMS rows with `along`) is formatted in two parts, child_share of the rows by a
+    forked child that first does `along` (other files to write), if given; `along` is done here otherwise,
+    before this returns."""
     if df.shape[1] < 2:     # the csv module quotes a lone empty field; too small to matter
         with atomic_path(path) as tmp:
             df.to_csv(tmp, index=False)
-        return
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
-        f.write(",".join(_text_cells(list(df.columns))) + "\n")
-        if len(df) * df.shape[1] >= CSV_HALVES_PER_ITEM * parallel.MIN_ITEMS and parallel.available():
-            _write_halves(df, f, tmp)
+    else:
+        with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+            f.write(",".join(_text_cells(list(df.columns))) + "\n")
+            big = len(df) * df.shape[1] >= CSV_HALVES_PER_ITEM * parallel.MIN_ITEMS
+            if (big or along is not None and len(df) >= parallel.MIN_ITEMS) and parallel.available():
+                _write_parts(df, f, tmp, along, child_share)
+            else:
+                _write_rows(df, 0, len(df), f)
+    if along is not None:
+        along.finish()
+
+
+def _write_parts(df: pd.DataFrame, f, tmp: Path, along: parallel.Task | None, child_share: float) -> None:
+    """The first rows formatted here while a forked child (parallel.split) formats the rest into a file beside,
+    copied in after them (formatted here too, when the child failed)."""
+    part = tmp.with_name(tmp.name + ".part")
+
+    def rows(lo: int, hi: int) -> list:
+        if lo == 0:         # the parent's part (child_share < 1: the child's starts past row 0)
+            _write_rows(df, 0, hi, f)
         else:
-            _write_rows(df, 0, len(df), f)
-
-
-def _write_halves(df: pd.DataFrame, f, tmp: Path) -> None:
-    """The first half of the rows formatted here while a forked child formats the second into a file beside."""
-    half, part = len(df) // 2, tmp.with_name(tmp.name + ".part")
-    try:
-        def child_half():
             with open(part, "w", newline="") as g:
-                _write_rows(df, half, len(df), g)
-
-        with parallel.Child(child_half) as child:
-            _write_rows(df, 0, half, f)
-            ok = child.wait()
-        if ok:
-            with open(part, newline="") as g:
-                shutil.copyfileobj(g, f, 1 << 20)
-        else:       # the child failed (out of memory?): its half is formatted here
-            _write_rows(df, half, len(df), f)
+                _write_rows(df, lo, hi, g)
+        return []
+    try:
+        parallel.split(rows, len(df), child_share, task=along, min_n=0)
+        with open(part, newline="") as g:
+            shutil.copyfileobj(g, f, 1 << 20)
     finally:
         part.unlink(missing_ok=True)
 

@@ -13,9 +13,11 @@ import heapq
 from itertools import islice
 
 import numpy as np
-import pandas as pd
 
+from . import lazy_import
 from .graph import Graph, GraphArrays, constant_tensors, graph_arrays
+
+pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
 
 MAX_NAMES = 16  # cut tensor names listed per boundary (the count is always exact)
 SWEEP_COLUMNS = {"boundary": "int64", "after_node": "str", "cut_tensors": "str", "n_cut_tensors": "int64",
@@ -74,13 +76,15 @@ def _names_and_blocks(n, a: GraphArrays, cross, prod, last, skips) -> tuple[list
     return names, inside
 
 
-def sweep(a: GraphArrays | Graph, skip_block_min_span: int = 4, skip_block_max_share: float = 0.25) -> pd.DataFrame:
-    """Per-boundary cut tensors, Comm(b), live bytes, strictness and skip-block membership."""
+def sweep_columns(a: GraphArrays | Graph, skip_block_min_span: int = 4, skip_block_max_share: float = 0.25) -> dict:
+    """Per-boundary cut tensors, Comm(b), live bytes, strictness and skip-block membership: the columns as numpy
+    arrays and lists, without pandas (stage 07 computes them in a child forked before it loads pandas, 0.3 s).
+    Empty when there is nothing to cut (a result, not an error: sweep_frame gives an empty table)."""
     if isinstance(a, Graph):
         a = graph_arrays(a, constant_tensors(a))
     n = len(a.names)
-    if n < 2:       # nothing to cut is a result, not an error: an empty table
-        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in SWEEP_COLUMNS.items()})
+    if n < 2:
+        return {}
     prod = a.t_prod
     ncons = np.diff(a.cons_ptr)
     last = np.where(ncons > 0, a.cons[np.maximum(a.cons_ptr[1:] - 1, 0)] if len(a.cons) else prod, prod)
@@ -101,13 +105,20 @@ def sweep(a: GraphArrays | Graph, skip_block_min_span: int = 4, skip_block_max_s
     live = _diff(n, prod[lv], live_end[lv], nb[lv])
     gi = np.flatnonzero((prod < 0) & (ncons > 0))
     names, inside = _names_and_blocks(n, a, cross, prod, last, skips)
-    df = pd.DataFrame({
+    cols = {
         "boundary": np.arange(n - 1), "after_node": a.names[: n - 1], "cut_tensors": names,
         "n_cut_tensors": cnt.astype(np.int64), "comm_bytes": _diff(n, prod[c], last[c], nb[c]),
         "cut_unknown_size": _diff(n, prod[c], last[c], np.isnan(a.t_nbytes[c]).astype(float)).astype(np.int64),
         "live_bytes": live, "right_graph_inputs": _diff(n, np.zeros(len(gi), dtype=np.int64), last[gi]).astype(np.int64),
         "strict_ok": cnt == own[: n - 1], "skip_block": inside,
-    })
-    df["peak_act_left_bytes"] = np.maximum.accumulate(live)
-    df["peak_act_right_bytes"] = np.maximum.accumulate(live[::-1])[::-1]
-    return df
+        "peak_act_left_bytes": np.maximum.accumulate(live),
+        "peak_act_right_bytes": np.maximum.accumulate(live[::-1])[::-1],
+    }
+    return cols
+
+
+def sweep_frame(columns: dict) -> pd.DataFrame:
+    """sweep_columns' table (SWEEP_COLUMNS, typed even when empty)."""
+    if not columns:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in SWEEP_COLUMNS.items()})
+    return pd.DataFrame(columns)

@@ -11,7 +11,7 @@ import math
 from collections import ChainMap
 from collections.abc import Container
 from dataclasses import dataclass, field
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 
 import numpy as np
 import onnx
@@ -209,7 +209,8 @@ def constant_values(g: onnx.GraphProto, table: NodeTable | None = None) -> list[
     read them (200k protobuf nodes are not walked again)."""
     protos = table.protos if table is not None else list(g.node)
     ops = table.ops if table is not None else [n.op_type for n in protos]
-    return [(protos[i].output[0], a.t) for i, op in enumerate(ops) if op == "Constant" and protos[i].output
+    at = compress(range(len(ops)), map("Constant".__eq__, ops))     # (in C: 200k nodes)
+    return [(protos[i].output[0], a.t) for i in at if protos[i].output
             for a in protos[i].attribute if a.name == "value"]
 
 

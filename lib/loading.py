@@ -13,7 +13,7 @@ import onnx
 from . import finish_imports, parallel
 from .artifacts import atomic_path
 from .errors import StageError
-from .graph import CONTROL_FLOW, Graph, GraphArrays, NodeTable, build_graph, graph_arrays
+from .graph import CONTROL_FLOW, Graph, GraphArrays, NodeTable, build_graph, constant_tensors, graph_arrays
 from .inputs import InputSpec, fix_input_shapes, make_feeds, resolve_input_shapes
 from .onnx_io import LightModel, check_external_data, read_light
 from .provenance import Results, identity
@@ -31,6 +31,14 @@ class Analysis:
     light: LightModel
     spec: InputSpec
     inferred: Inferred | None = None
+    consts: set[str] | None = None      # constant_tensors(graph): see constants()
+
+    def constants(self) -> set[str]:
+        """The graph's constant tensors (lib/graph.py constant_tensors), computed once: by prepare(), from the
+        structure, while the inference child still runs (it is on 02's path otherwise: 0.2 s at 200k nodes)."""
+        if self.consts is None:
+            self.consts = constant_tensors(self.graph)
+        return self.consts
 
     @property
     def identity(self) -> dict:
@@ -61,10 +69,11 @@ def prepare(path, spec: InputSpec) -> Analysis:
         validate(light.model, nodes)
         shapes = fix(light.model)
         skeleton = _skeleton(light.model, nodes)     # while the other core still infers
+        consts = constant_tensors(skeleton) if skeleton is not None else None
         finish_imports()    # pandas (0.3 s), deferred so that the child forked sooner: done while it still infers
         inf = infer(light.model, lambda: load_full(light.path), lambda: make_feeds(light.model, shapes, spec),
-                    table=nodes, ahead=ahead())
-    return Analysis(_indexed(inf, skeleton), shapes, light, spec, inf)
+                    table=nodes, ahead=ahead)
+    return Analysis(_indexed(inf, skeleton), shapes, light, spec, inf, consts)
 
 
 def _skeleton(model: onnx.ModelProto, nodes: NodeTable) -> Graph | None:
@@ -104,15 +113,17 @@ def graph_of(model: onnx.ModelProto, spec: InputSpec | None = None) -> Graph:
 @contextmanager
 def saving_graph(an: Analysis, rdir: Path, run_id: str, consts: set[str]):
     """The inferred graph (weights stripped, tagged with the run of stage 02 that made it) for 08 and 10, and
-    its structure as arrays for 04, 05 and 07: written by a forked child (lib/parallel.py) while the block
-    computes the metrics, and put in place when the block succeeds (nothing is, when it fails)."""
+    its structure as arrays for 04, 05 and 07: yields the parallel.Task that writes them, for the block to hand
+    to a forked child (node_metrics' rows); written here at the block's end when no child did. Put in place
+    when the block succeeds (nothing is, when it fails)."""
     with atomic_path(Path(rdir) / GRAPH_FILE) as graph_tmp, atomic_path(Path(rdir) / ARRAYS_FILE) as arrays_tmp:
         def save():
             graph_tmp.write_bytes(an.inferred.tagged_bytes("nn-perf:run_id", run_id))
             with open(arrays_tmp, "wb") as f:
                 graph_arrays(an.graph, consts, run_id).save(f)
-        with parallel.meanwhile(save, inline=len(an.graph.nodes) < parallel.MIN_ITEMS):
-            yield
+        task = parallel.Task(save)
+        yield task
+        task.finish()
 
 
 def checked(rdir: Path, model_path, spec: InputSpec | None = None) -> tuple[Results, InputSpec]:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import ast
 import re
-from itertools import filterfalse, repeat
 
 import numpy as np
 
@@ -22,19 +21,8 @@ METRIC_COLUMNS = ["node", "op_type", "topo_idx", "flops", "macs", "act_in_bytes"
 TEXT_METRICS = set(METRIC_COLUMNS) & set(TEXT_COLUMNS)      # kept as Python str objects (_frame)
 
 
-def _bytes(tensors, names) -> int | None:
-    """Sum of tensor bytes, None when a size is unknown."""
-    total = 0
-    for t in names:
-        info = tensors.get(t)
-        if info is None or info.nbytes is None:
-            return None
-        total += info.nbytes
-    return total
-
-
-def _mac_dtype(n, g: Graph) -> str:
-    op = lookup(n)
+def _mac_dtype(n, g: Graph, op) -> str:
+    """The element type of the node's weight operand (op: its registry entry)."""
     idx = op.weight_input if op is not None and op.weight_input is not None else 1
     t = g.tensors.get(n.input[idx]) if len(n.input) > idx else None
     return dtype_name(t.elem_type) if t is not None else "unknown"
@@ -80,49 +68,80 @@ def stored_bytes(g: Graph, consts: set[str]) -> tuple[dict[str, int], set[int]]:
     return stored, folded
 
 
+CHILD_SHARE_ALONG = 1 / 3     # rows for the child that saves the graph first (saving takes a third of their time)
+
 STORED_CHAIN = {"DequantizeLinear", "Identity", "Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
                 "QuantizeLinear"}
 
 
-def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
-    """One row per node (METRIC_COLUMNS), built as tuples: at 200k nodes every per-node operation counts."""
+def node_metrics(g: Graph, consts: set[str] | None = None, along: parallel.Task | None = None) -> pd.DataFrame:
+    """One row per node (METRIC_COLUMNS), built as tuples: at 200k nodes every per-node operation counts.
+    `along`: work (saving the graph) for the child that computes part of the rows to do first."""
     consts = constant_tensors(g) if consts is None else consts
     shp = shape_tensors(g, consts)
     stored, folded = stored_bytes(g, consts)
-    tensors = g.tensors
+    tensors, consumers = g.tensors, g.consumers
+    tget, sget, source_of = tensors.get, stored.get, g.shape_source.get
     outputs = set(g.graph_outputs)      # an output no node reads is dead (never computed), not written bytes
     layers = _layers(g)
+    ops: dict[tuple[str, str], tuple] = {}     # (op type, domain) -> registry entry, its key, its class
 
     def row_range(lo: int, hi: int) -> list[tuple]:
+        """The loop is inlined for one-output nodes (most of them): a function call costs ~5% of a row."""
         out, shape_texts = [], {}
         for pos in range(lo, hi):
             n, ins, outs = g.view(pos), g.node_inputs[pos], g.node_outputs[pos]
-            op = lookup(n)
+            kind = ops.get((n.op_type, n.domain))
+            if kind is None:
+                op = lookup(n)
+                kind = ops[n.op_type, n.domain] = (op, op_key(n) if op is None else op.key,
+                                                   "other" if op is None else op.op_class)
+            op, key, cls = kind
             cost = None if op is None else op.cost(n, g)
-            if pos in folded:
-                act_in, act_out, w = 0, 0, 0
-            else:
-                act_in = _bytes(tensors, filterfalse(consts.__contains__, ins))     # (map, filter: in C)
-                act_out = _bytes(tensors, [o for o in outs if o in g.consumers or o in outputs])
-                w = sum(map(stored.get, filter(consts.__contains__, ins), repeat(0)))
-            main = tensors.get(outs[0]) if outs else None
+            act_in = act_out = w = 0
+            if pos not in folded:
+                for t in ins:       # constants are weight bytes, the rest activations (None: a size unknown)
+                    if t in consts:
+                        w += sget(t, 0)
+                    elif act_in is not None:
+                        info = tget(t)
+                        act_in = None if info is None or info.nbytes is None else act_in + info.nbytes
+                for o in outs:
+                    if o in consumers or o in outputs:
+                        info = tget(o)
+                        if info is None or info.nbytes is None:
+                            act_out = None
+                            break
+                        act_out += info.nbytes
+            main = tget(outs[0]) if outs else None
             if main is None or n.op_type in ("QuantizeLinear", "Cast"):
-                main = (tensors.get(n.input[0]) if n.input else None) or main
+                main = (tget(n.input[0]) if n.input else None) or main
+            if len(outs) == 1:
+                o = outs[0]
+                info = tget(o)
+                shapes = shape_texts.get(info)
+                if shapes is None:
+                    shapes = shape_texts[info] = _shape_text(info)
+                source = ("constant" if o in consts else
+                          "unknown" if info is None or info.shape is None else source_of(o, "onnx"))
+            else:
+                shapes, source = _shapes_text(tensors, outs, shape_texts), _source(g, consts, outs, outputs)
             macs = np.nan if cost is None else cost[1]
             out.append((
-                g.names[pos], op_key(n) if op is None else op.key, pos, np.nan if cost is None else cost[0], macs,
+                g.names[pos], key, pos, np.nan if cost is None else cost[0], macs,
                 np.nan if act_in is None else act_in, np.nan if act_out is None else act_out, w,
-                dtype_name(main.elem_type) if main is not None else "unknown", _shapes_text(tensors, outs, shape_texts),
+                dtype_name(main.elem_type) if main is not None else "unknown", shapes,
                 cost is not None, act_in is not None and act_out is not None,
                 n.op_type in SHAPE_OPS or bool(outs) and shp.issuperset(outs),
-                "other" if op is None else (op.op_class(n, g) if callable(op.op_class) else op.op_class),
+                cls(n, g) if callable(cls) else cls,
                 # integer MACs stay MACs: the element type they are done in (the weight operand's)
-                _mac_dtype(n, g) if cost is not None and macs > 0 else "",
-                _source(g, consts, outs, outputs), cost_note(n, g) if n.op_type in CONTROL_FLOW else "", layers[pos]))
+                _mac_dtype(n, g, op) if cost is not None and macs > 0 else "",
+                source, cost_note(n, g) if n.op_type in CONTROL_FLOW else "", layers[pos]))
         return out
 
-    # two cores on a large graph: rows are independent, and each half is made a frame where it is computed
-    parts = parallel.halves(lambda lo, hi: [_frame(row_range(lo, hi))], len(g.nodes))
+    # two cores on a large graph: rows are independent, and each part is made a frame where it is computed
+    parts = parallel.split(lambda lo, hi: [_frame(row_range(lo, hi))], len(g.nodes),
+                           child_share=0.5 if along is None else CHILD_SHARE_ALONG, task=along)
     parts = [p for p in parts if len(p)] or parts[:1]      # an empty half has no types to give its columns
     df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)   # ints and NaN: float64, as one
     _refuse_unreal(df)
@@ -167,9 +186,13 @@ def _shapes_text(tensors, outs, memo: dict) -> str:
         info = tensors.get(t)
         text = memo.get(info)
         if text is None:
-            text = memo[info] = "?" if info is None or info.shape is None else "x".join(map(str, info.shape))
+            text = memo[info] = _shape_text(info)
         parts.append(text)
     return ";".join(parts)
+
+
+def _shape_text(info) -> str:
+    return "?" if info is None or info.shape is None else "x".join(map(str, info.shape))
 
 
 SOURCE_ORDER = ("unknown", "executed", "values", "ort", "onnx")

@@ -1,7 +1,7 @@
 """Python-bound work of large graphs on the machine's second core: a forked child, since the GIL rules out
-threads (half of a 200k-row table or CSV, onnx's shape inference ahead, files written meanwhile). Each use has
-a way back when the child fails: the parent does the work itself, so a child is only ever a speed-up, never a
-different result. Below MIN_ITEMS nodes or rows, without fork (Windows, macOS), with one core, or with
+threads (part of a 200k-row table or CSV, after other files to write; onnx's shape inference ahead). Each use
+has a way back when the child fails: the parent does the work itself, so a child is only ever a speed-up,
+never a different result. Below MIN_ITEMS nodes or rows, without fork (Windows, macOS), with one core, or with
 NNPERF_SERIAL=1 the work runs inline, in the one process."""
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import signal
 import sys
 import tempfile
 from collections.abc import Callable
-from contextlib import contextmanager
 
 
 MIN_ITEMS = 10_000      # nodes or rows below which forking a large process costs more than it saves
@@ -26,12 +25,11 @@ def available() -> bool:
 
 class Child:
     """fn() run in a forked child (its return value is dropped: it writes what it makes to a file); wait()
-    says whether it succeeded. Inline (an exception propagates) when asked (small work, where forking a large
-    process costs more) or when fork is not available."""
+    says whether it succeeded. Inline (an exception propagates) when fork is not available."""
 
-    def __init__(self, fn: Callable[[], None], inline: bool = False):
+    def __init__(self, fn: Callable[[], None]):
         self.pid = None
-        if inline or not available():
+        if not available():
             fn()
             return
         pid = os.fork()
@@ -99,21 +97,36 @@ class Future:
             self.path = None
 
 
-def halves(fn: Callable[[int, int], list], n: int, min_n: int | None = None) -> list:
-    """fn(0, n) computed as fn(0, n // 2) here and fn(n // 2, n) in a forked child (a Future); in one process
-    below min_n items (MIN_ITEMS) or without a second core."""
+class Task:
+    """fn() (which writes files) run once: taken along by the child of split(), or by finish() here when no
+    child ran it (small work, no second core, a child that failed)."""
+
+    def __init__(self, fn: Callable[[], None]):
+        self.fn, self.done = fn, False
+
+    def finish(self) -> None:
+        if not self.done:
+            self.fn()
+            self.done = True
+
+
+def split(fn: Callable[[int, int], list], n: int, child_share: float = 0.5, task: Task | None = None,
+          min_n: int | None = None) -> list:
+    """fn(0, n) computed as fn(0, k) here and fn(k, n) in a forked child (a Future) that takes child_share of
+    the items, after running `task` first when one is given (three pieces of work in two processes on the two
+    cores, not three). In one process below min_n items (MIN_ITEMS) or without a second core: the task is then
+    left to its owner's finish(), as it is when the child fails."""
     if n < (MIN_ITEMS if min_n is None else min_n) or not available():
         return fn(0, n)
-    half = n // 2
-    with Future(lambda: fn(half, n)) as rest:
-        return fn(0, half) + rest.result()
+    k = n - int(n * child_share)
 
-
-@contextmanager
-def meanwhile(fn: Callable[[], None], inline: bool = False):
-    """fn() (which writes files) in a forked child while the block runs; at the block's end, wait for it and
-    run fn() here if the child failed, so that its files are written either way and its errors surface here."""
-    with Child(fn, inline) as child:
-        yield
-        if not child.wait():
-            fn()
+    def child():
+        if task is not None:
+            task.fn()
+        return True, fn(k, n)
+    with Future(child, fallback=lambda: (False, fn(k, n))) as rest:
+        head = fn(0, k)
+        by_child, tail = rest.result()
+    if by_child and task is not None:
+        task.done = True
+    return head + tail

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 from contextlib import contextmanager
-from itertools import chain
+from itertools import chain, filterfalse
 from pathlib import Path
 
 import numpy as np
@@ -408,17 +408,17 @@ def _parse(model: onnx.ModelProto, constants: bool = True) -> tuple[dict, set[st
     return tensors, other
 
 
-def _wanted(model: onnx.ModelProto, other: set[str], table=None) -> list[str]:
+def _wanted(model: onnx.ModelProto, table=None) -> list[str]:
     """Node outputs that need a shape: read by a node or a graph output (a dead optional output, such as an
-    unused Dropout mask, is never computed), not Constant outputs, not sequence typed. `table`: the graph's
-    NodeTable when the caller read it (200k protobuf nodes are not walked twice)."""
+    unused Dropout mask, is never computed), not Constant outputs (infer() leaves out the sequence typed ones).
+    `table`: the graph's NodeTable when the caller read it (200k protobuf nodes are not walked twice)."""
     g = model.graph
     table = table or NodeTable.of(g)
     used = set(chain.from_iterable(table.inputs))      # sets and filters in C: 200k nodes
     used.update(o.name for o in g.output)
     if not CONTROL_FLOW.isdisjoint(table.ops):
         used.update(t for n, op in zip(table.protos, table.ops) if op in CONTROL_FLOW for t in outer_reads(n))
-    used -= other | {""}
+    used.discard("")
     outs = table.outputs if "Constant" not in table.ops else [os_ for op, os_ in zip(table.ops, table.outputs)
                                                                if op != "Constant"]
     return list(filter(used.__contains__, chain.from_iterable(outs)))
@@ -427,17 +427,30 @@ def _wanted(model: onnx.ModelProto, other: set[str], table=None) -> list[str]:
 def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None, ahead=None) -> Inferred:
     """Run the chain on a model whose inputs are fixed. For the execution step only: full_fn() gives the model
     with its weights, feeds_fn() its inputs. table: the model's NodeTable, when the caller has it; ahead: what
-    inference_ahead() gave (onnx's strict inference of the model, and its shapes)."""
+    inference_ahead() yields (waiting for onnx's strict inference of the model and its shapes: called once the
+    work that needs no shapes is done, so that it overlaps the child's inference)."""
     from .graph import TensorInfo, _small_values, add_constant_infos
     table = table if table is not None and len(table.ops) == len(model.graph.node) else None   # the model's own
-    if ahead is not None:
-        m1, tensors, other = ahead      # m1 serialized
+    want = _wanted(model, table)
+    values = _small_values(model.graph, table)
+    control_flow = _needs_values(model, table)
+    got = ahead() if ahead is not None else None
+    if got is not None:
+        m1, tensors, other = got      # m1 serialized
         add_constant_infos(tensors, model.graph, table)
     else:
         m1 = _checked_infer(model, full_fn)
         tensors, other = _parse(m1)
-    want = _wanted(model, other, table)     # the nodes and outputs inference leaves as they are
-    missing = lambda: [t for t, i in zip(want, map(tensors.get, want)) if i is None or i.shape is None]  # noqa: E731
+    if other:       # the nodes and outputs inference leaves as they are, without the sequence typed ones
+        want = list(filterfalse(other.__contains__, want))
+
+    def missing() -> list[str]:
+        """The wanted tensors without a shape yet. In C when every TensorInfo has a shape (they are shared per
+        type: few distinct ones), as after onnx's inference of most graphs."""
+        if any(i is None or i.shape is None for i in set(tensors.values())):
+            return [t for t, i in zip(want, map(tensors.get, want)) if i is None or i.shape is None]
+        return list(filterfalse(tensors.__contains__, want))
+
     source: dict[str, str] = {}
     resolved: dict[str, onnx.ValueInfoProto] = {}
 
@@ -447,8 +460,6 @@ def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None,
             if vi is not None and _complete(vi):
                 tensors[t], source[t], resolved[t] = TensorInfo(_shape_of(vi), vi.type.tensor_type.elem_type), how, vi
 
-    values = _small_values(model.graph, table)
-    control_flow = _needs_values(model, table)
     gaps = missing()        # asked again only after a step that may have filled some
     if gaps or control_flow:
         _propagate(model, tensors, values, add)
@@ -522,8 +533,8 @@ def _inline_taken(model: onnx.ModelProto, values: dict) -> onnx.ModelProto | Non
 
 def _needs_values(model: onnx.ModelProto, table=None) -> bool:
     """The graph has control flow (its conditions and trip counts need values); from `table` when given."""
-    ops = table.ops if table is not None else (n.op_type for n in model.graph.node)
-    return any(op in CONTROL_FLOW for op in ops)
+    ops = table.ops if table is not None else [n.op_type for n in model.graph.node]
+    return not CONTROL_FLOW.isdisjoint(ops)     # (in C: 200k nodes)
 
 
 def _propagate(model, tensors, values, add, rounds: int = 64) -> None:

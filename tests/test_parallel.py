@@ -1,7 +1,7 @@
-"""The second core (lib/parallel.py): a forked child computes half the rows, formats half a CSV, runs onnx's
-strict inference ahead, or writes files meanwhile. Each must give exactly what the single-process path gives,
-also when the child fails, and leave nothing behind when the stage fails. The thresholds are lowered here so
-that tiny graphs take the forked paths that large ones take."""
+"""The second core (lib/parallel.py): a forked child computes part of the rows or formats part of a CSV (after
+other files to write), or runs onnx's strict inference ahead. Each must give exactly what the single-process
+path gives, also when the child fails, and leave nothing behind when the stage fails. The thresholds are
+lowered here so that tiny graphs take the forked paths that large ones take."""
 import os
 import time
 
@@ -13,6 +13,7 @@ import pytest
 from conftest import make_model, tensor, weight
 from lib import artifacts, parallel
 from lib.inputs import InputSpec
+from lib.graph import GraphArrays
 from lib.loading import prepare, saving_graph
 from lib.metrics import node_metrics
 from test_integrity import batch_cnn
@@ -31,11 +32,35 @@ def fails_in_child(fn):
 
 
 @needs_fork
-def test_halves_give_what_one_process_gives():
+@pytest.mark.parametrize("share", [0.5, 1 / 3, 0.9])
+def test_split_gives_what_one_process_gives(share):
     rows = lambda lo, hi: [(i, f"n{i}", i * 0.5) for i in range(lo, hi)]  # noqa: E731
-    assert parallel.halves(rows, 101, min_n=0) == rows(0, 101)
-    assert parallel.halves(fails_in_child(rows), 101, min_n=0) == rows(0, 101)
-    assert parallel.halves(rows, 1, min_n=0) == rows(0, 1)
+    assert parallel.split(rows, 101, share, min_n=0) == rows(0, 101)
+    assert parallel.split(fails_in_child(rows), 101, share, min_n=0) == rows(0, 101)
+    assert parallel.split(rows, 1, share, min_n=0) == rows(0, 1)
+
+
+@needs_fork
+def test_split_task_is_done_once_by_the_child_or_else_by_finish(tmp_path):
+    """The task goes with the child's rows: done by the child (finish() then does nothing), else by finish()
+    here: when the child failed at its rows or at the task, or when the work was too small to fork."""
+    rows = lambda lo, hi: list(range(lo, hi))  # noqa: E731
+    out = tmp_path / "pid"
+    write = lambda: out.write_text(str(os.getpid()))  # noqa: E731
+    for fn, task_fn, min_n, by_child in [(rows, write, 0, True), (fails_in_child(rows), write, 0, False),
+                                         (rows, fails_in_child(write), 0, False), (rows, write, 10**9, False)]:
+        out.unlink(missing_ok=True)
+        task = parallel.Task(task_fn)
+        assert parallel.split(fn, 30, 1 / 3, task=task, min_n=min_n) == list(range(30))
+        assert task.done == by_child
+        if by_child:
+            assert int(out.read_text()) != PARENT
+            out.unlink()
+        task.finish()
+        if by_child:
+            assert not out.exists()     # finish() did not do it again
+        else:
+            assert int(out.read_text()) == PARENT
 
 
 @needs_fork
@@ -60,35 +85,28 @@ def test_future_child_is_stopped_when_the_parent_fails(tmp_path):
 
 
 @needs_fork
-def test_meanwhile_runs_the_work_once_and_again_here_when_the_child_failed(tmp_path):
-    out = tmp_path / "f.txt"
-    with parallel.meanwhile(lambda: out.write_text("child")):
-        pass
-    assert out.read_text() == "child"
-    done = []
-    with parallel.meanwhile(fails_in_child(lambda: done.append(os.getpid()))):
-        pass
-    assert done == [PARENT]
-
-
-@needs_fork
 @pytest.mark.parametrize("child_fails", [False, True])
-def test_csv_halves_give_the_bytes_of_one_process(tmp_path, monkeypatch, child_fails):
-    """A frame past the fork threshold: the two halves joined are pandas' bytes, also when the child dies."""
+@pytest.mark.parametrize("child_share, min_items", [(0.5, 1), (0.1, 1), (0.1, 100)])
+def test_csv_parts_give_the_bytes_of_one_process(tmp_path, monkeypatch, child_fails, child_share, min_items):
+    """A frame past the fork threshold (500 x MIN_ITEMS cells; MIN_ITEMS rows when the child has other files
+    to write first, 07's JSON files): the two parts joined are pandas' bytes, also when the child dies; the
+    other file is there either way."""
     rng = np.random.default_rng(0)
     n = 1_001
     df = pd.DataFrame({"node": [f"n,{i}" if i % 97 == 0 else f"n{i}" for i in range(n)],
                        "flops": rng.random(n) * 1e9, "bytes": rng.integers(0, 2**40, n),
                        "ok": rng.random(n) > 0.5, "note": [None if i % 3 else "x" for i in range(n)]})
     df.loc[5, "flops"] = np.nan
-    monkeypatch.setattr(parallel, "MIN_ITEMS", 1)      # halves from 500 cells: this frame has 5,005
-    monkeypatch.setattr(artifacts, "CSV_SLICE", 97)      # several slices in each half
+    monkeypatch.setattr(parallel, "MIN_ITEMS", min_items)      # this frame: 5,005 cells, 1,001 rows
+    monkeypatch.setattr(artifacts, "CSV_SLICE", 97)      # several slices in each part
     if child_fails:
         monkeypatch.setattr(artifacts, "_write_rows", fails_in_child(artifacts._write_rows))
-    artifacts.write_csv(df, tmp_path / "ours.csv")
+    along = parallel.Task(lambda: (tmp_path / "along.txt").write_text(str(os.getpid())))
+    artifacts.write_csv(df, tmp_path / "ours.csv", along=along, child_share=child_share)
     df.to_csv(tmp_path / "pandas.csv", index=False)
     assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ours.csv", "pandas.csv"]    # no part file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["along.txt", "ours.csv", "pandas.csv"]    # no part left
+    assert (int((tmp_path / "along.txt").read_text()) == PARENT) == child_fails
 
 
 def _analysis(tmp_path, monkeypatch, min_items):
@@ -131,12 +149,16 @@ def test_saving_graph_leaves_nothing_when_the_stage_fails(tmp_path, monkeypatch,
     an = _analysis(tmp_path, monkeypatch, min_items)
     rdir = tmp_path / "results"
     with pytest.raises(RuntimeError):
-        with saving_graph(an, rdir, "run1", set()):
+        with saving_graph(an, rdir, "run1", set()) as saving:
+            node_metrics(an.graph, along=saving)
             raise RuntimeError("the metrics failed")
     assert not rdir.exists()
-    with saving_graph(an, rdir, "run2", set()):
-        pass
+    with saving_graph(an, rdir, "run2", set()) as saving:
+        node_metrics(an.graph, along=saving)
     assert sorted(p.name for p in rdir.iterdir()) == ["graph.npz", "graph.onnx"]
+    with saving_graph(an, rdir, "run3", set()):     # no child took the task: written at the block's end
+        pass
+    assert GraphArrays.load(rdir / "graph.npz").run_id == "run3"
 
 
 @pytest.mark.parametrize("min_items", [1, 10**9])
