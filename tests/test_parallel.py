@@ -13,7 +13,7 @@ import pytest
 from conftest import make_model, tensor, weight
 from lib import artifacts, parallel
 from lib.inputs import InputSpec
-from lib.graph import GraphArrays
+from lib.graph import GraphArrays, constant_tensors
 from lib.loading import prepare, saving_graph
 from lib.metrics import node_metrics
 from test_integrity import batch_cnn
@@ -127,6 +127,13 @@ def test_inference_ahead_and_forked_metrics_match_one_process(tmp_path, monkeypa
     pd.testing.assert_frame_equal(a, b)
     assert a.loc[a["node"] == "conv1", "out_shapes"].item() == "4x8x16x16"
     assert a.loc[a["node"] == "conv1", "macs"].item() == 4 * 8 * 16 * 16 * 3 * 9
+
+
+@pytest.mark.parametrize("min_items", [1, 10**9])
+def test_constants_computed_before_inference_are_the_graphs(tmp_path, monkeypatch, min_items):
+    """prepare() finds the constant tensors on the skeleton while the child infers: those of the final graph."""
+    an = _analysis(tmp_path, monkeypatch, min_items)
+    assert an.consts == {"w1", "w2"} == constant_tensors(an.graph)
 
 
 @needs_fork
