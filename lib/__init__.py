@@ -7,8 +7,8 @@ _DEFERRED = []
 
 def lazy_import(name: str):
     """The module, loaded at the first use of one of its attributes (importlib's LazyLoader). For pandas in
-    the modules stage 02 imports: its 0.3 s import would delay the fork of 02's inference child; it is done
-    while that child infers instead (finish_imports). An `import pandas` statement elsewhere loads it at once
+    the modules stages 02 and 07 import: its 0.3 s import would delay the fork of 02's inference child (it is
+    done while that child infers instead: finish_imports) and of 07's sweep child. An `import pandas` statement elsewhere loads it at once
     (the import system reads the module's __spec__)."""
     if name in sys.modules:
         return sys.modules[name]

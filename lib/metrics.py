@@ -122,7 +122,7 @@ def node_metrics(g: Graph, consts: set[str] | None = None, along: parallel.Task 
                 shapes = shape_texts.get(info)
                 if shapes is None:
                     shapes = shape_texts[info] = _shape_text(info)
-                source = ("constant" if o in consts else
+                source = ("constant" if o in consts else    # _source() for one output, inlined
                           "unknown" if info is None or info.shape is None else source_of(o, "onnx"))
             else:
                 shapes, source = _shapes_text(tensors, outs, shape_texts), _source(g, consts, outs, outputs)
