@@ -15,8 +15,8 @@ system_config.json and workload_profile.json. Reuses stage 02's graph structure 
 from pathlib import Path
 
 from lib import cli, parallel
-from lib.artifacts import atomic_path, read_csv, versions, write_csv, write_json
-from lib.boundary_sweep import sweep_columns, sweep_frame
+from lib.artifacts import atomic_path, csv_row_texts, read_csv, versions, write_csv, write_json
+from lib.boundary_sweep import SWEEP_COLUMNS, sweep_columns, sweep_frame
 from lib.inputs import InputSpec
 from lib.loading import analysed_arrays
 from lib.provenance import stamp
@@ -63,9 +63,13 @@ def main(argv=None):
         for key in ("A", "B"):      # the device models (cached: add_costs and split_model use them)
             device_factors(prof, system["devices"][key])
         df = sweep_frame(swept.result())
-    df = add_costs(df, prof, latency, system, arrays)
-    df = prune_and_rank(df, system, feasibility_reasons(a.feasibility, a.feasibility_arch, res.identity("metrics_meta.json"))
-                       if a.feasibility else None)
+    # boundaries.csv's first columns are the sweep's: formatted on the other core while the costs are computed
+    with parallel.Future(lambda swept=df: csv_row_texts(swept[list(SWEEP_COLUMNS)]),
+                         inline=len(df) < parallel.MIN_ITEMS) as sweep_texts:
+        df = add_costs(df, prof, latency, system, arrays)
+        df = prune_and_rank(df, system, feasibility_reasons(a.feasibility, a.feasibility_arch,
+                                                            res.identity("metrics_meta.json")) if a.feasibility else None)
+        head = list(SWEEP_COLUMNS), sweep_texts.result()
     top = df[df["rank"] <= int(rk.get("top_k", 10))].sort_values("rank")
     pareto = pareto_table(df)
     base = baselines(prof, latency, system)
@@ -82,7 +86,7 @@ def main(argv=None):
 
     # the JSON files above are done by the child that formats the last rows of boundaries.csv (on the other core);
     # they take about what 3 in 5 of the rows take to format (0.5 and 0.8 s at 200k nodes)
-    write_csv(df, a.rdir / "boundaries.csv", along=parallel.Task(large_json), child_share=0.2)
+    write_csv(df, a.rdir / "boundaries.csv", along=parallel.Task(large_json), child_share=0.2, head=head)
     write_csv(pareto, a.rdir / "pareto_export.csv")
     with atomic_path(a.rdir / "split_candidates.tex") as tmp:
         tmp.write_text(latex_table(top, Path(a.model).name))

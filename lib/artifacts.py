@@ -1,6 +1,7 @@
 """Where artifacts live, how they are written (atomically) and read (with the "run stage NN first" error)."""
 from __future__ import annotations
 
+import csv
 import datetime
 import json
 import os
@@ -102,39 +103,50 @@ def atomic_path(path: Path):
         raise
 
 
-def write_csv(df: pd.DataFrame, path: Path, along: parallel.Task | None = None, child_share: float = 0.5) -> None:
+def write_csv(df: pd.DataFrame, path: Path, along: parallel.Task | None = None, child_share: float = 0.5,
+              head: tuple[list[str], list[str]] | None = None) -> None:
     """The bytes pandas' to_csv(index=False) writes, 8-9x faster on a 200k-node graph's tables: float repr is
     ~1 us a cell in Python, so numeric columns are formatted by orjson (Rust; the same shortest round-trip
     digits as repr), text is quoted as the csv module does, and rows are joined in slices of 50k. A large
     table (5M cells; MIN_ITEMS rows with `along`) is formatted in two parts, child_share of the rows by a
     forked child that first does `along` (other files to write), if given; `along` is done here otherwise,
-    before this returns."""
+    before this returns. head: (the table's first columns, csv_row_texts() of them), formatted ahead (by a
+    child, while the rest of the table was computed)."""
+    if head is not None and (list(df.columns[:len(head[0])]) != list(head[0]) or len(head[1]) != len(df)):
+        raise ValueError(f"{path.name}: the formatted head is not of this table")    # a bug, not bad input
     if df.shape[1] < 2:     # the csv module quotes a lone empty field; too small to matter
         with atomic_path(path) as tmp:
             df.to_csv(tmp, index=False)
     else:
         with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
             f.write(",".join(_text_cells(list(df.columns))) + "\n")
-            big = len(df) * df.shape[1] >= CSV_HALVES_PER_ITEM * parallel.MIN_ITEMS
+            big = len(df) * (df.shape[1] - len(head[0] if head else ())) >= CSV_HALVES_PER_ITEM * parallel.MIN_ITEMS
             if (big or along is not None and len(df) >= parallel.MIN_ITEMS) and parallel.available():
-                _write_parts(df, f, tmp, along, child_share)
+                _write_parts(df, f, tmp, along, child_share, head)
             else:
-                _write_rows(df, 0, len(df), f)
+                _write_rows(df, 0, len(df), f, head)
     if along is not None:
         along.finish()
 
 
-def _write_parts(df: pd.DataFrame, f, tmp: Path, along: parallel.Task | None, child_share: float) -> None:
+def csv_row_texts(df: pd.DataFrame) -> list[str]:
+    """Each row of df as write_csv formats it (no line break): a table's first columns, formatted ahead for
+    write_csv's `head`."""
+    return [t for s in range(0, len(df), CSV_SLICE) for t in _slice_rows(df.iloc[s:s + CSV_SLICE], None, 0)]
+
+
+def _write_parts(df: pd.DataFrame, f, tmp: Path, along: parallel.Task | None, child_share: float,
+                 head: tuple[list[str], list[str]] | None) -> None:
     """The first rows formatted here while a forked child (parallel.split) formats the rest into a file beside,
     copied in after them (formatted here too, when the child failed)."""
     part = tmp.with_name(tmp.name + ".part")
 
     def rows(lo: int, hi: int) -> list:
         if lo == 0:         # the parent's part (child_share < 1: the child's starts past row 0)
-            _write_rows(df, 0, hi, f)
+            _write_rows(df, 0, hi, f, head)
         else:
             with open(part, "w", newline="") as g:
-                _write_rows(df, lo, hi, g)
+                _write_rows(df, lo, hi, g, head)
         return []
     try:
         parallel.split(rows, len(df), child_share, task=along, min_n=0)
@@ -144,36 +156,42 @@ def _write_parts(df: pd.DataFrame, f, tmp: Path, along: parallel.Task | None, ch
         part.unlink(missing_ok=True)
 
 
-def _write_rows(df: pd.DataFrame, start: int, end: int, out) -> None:
-    """Rows start..end as CSV lines onto the open file `out`, in slices of CSV_SLICE rows. Each row is joined
-    from items: a column's cells; one text for a column whose cells in the slice are all that text (a
+def _write_rows(df: pd.DataFrame, start: int, end: int, out, head: tuple[list[str], list[str]] | None = None) -> None:
+    """Rows start..end as CSV lines onto the open file `out`, in slices of CSV_SLICE rows (_slice_rows); the
+    first columns from `head`'s texts when given."""
+    k = 0 if head is None else len(head[0])
+    for s in range(start, end, CSV_SLICE):
+        e = min(s + CSV_SLICE, end)
+        out.write("\n".join(_slice_rows(df.iloc[s:e], None if head is None else head[1][s:e], k)) + "\n")
+
+
+def _slice_rows(part: pd.DataFrame, head: list[str] | None, k: int) -> list[str]:
+    """The rows' CSV texts, from column k on after `head` (each row's text of columns 0..k-1), if given. Each row
+    is joined from items: a column's cells; one text for a column whose cells in the slice are all that text (a
     profile's columns when there is none, a flag no row sets), a run of them as one; the row texts of a run of
     float columns that orjson writes as repr does (one orjson call, one item per row)."""
-    for s in range(start, end, CSV_SLICE):
-        part = df.iloc[s:min(s + CSV_SLICE, end)]
-        items, floats = [], []
+    items, floats = ([] if head is None else [head]), []
 
-        def add(cells):
-            if type(cells) is str and items and type(items[-1]) is str:
-                items[-1] += "," + cells
-            else:
-                items.append(cells)
+    def add(cells):
+        if type(cells) is str and items and type(items[-1]) is str:
+            items[-1] += "," + cells
+        else:
+            items.append(cells)
 
-        for i in range(part.shape[1]):
-            col = part.iloc[:, i]
-            if _plain_floats(col):
-                floats.append(col.to_numpy())
-                continue
-            if floats:
-                add(_float_rows(floats))
-                floats = []
-            add(_csv_cells(col))
+    for i in range(k, part.shape[1]):
+        col = part.iloc[:, i]
+        if _plain_floats(col):
+            floats.append(col.to_numpy())
+            continue
         if floats:
             add(_float_rows(floats))
-        if all(type(c) is str for c in items):
-            out.write((",".join(items) + "\n") * len(part))
-        else:
-            out.write("\n".join(map(",".join, zip(*[repeat(c) if type(c) is str else c for c in items]))) + "\n")
+            floats = []
+        add(_csv_cells(col))
+    if floats:
+        add(_float_rows(floats))
+    if all(type(c) is str for c in items):
+        return [",".join(items)] * len(part)
+    return list(map(",".join, zip(*[repeat(c) if type(c) is str else c for c in items])))
 
 
 def _plain_floats(col: pd.Series) -> bool:
@@ -314,18 +332,41 @@ def read_csv(rdir: Path, name: str, required_columns: tuple[str, ...] = (),
     if not path.exists():
         raise StageError(f"{path} not found: run {PRODUCER.get(name, 'the earlier stage')} first")
     try:
-        # names are text: a node called NA, null, None or nan stays that name; only empty cells are missing
-        df = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={c: str for c in TEXT_COLUMNS},
-                         usecols=None if only is None else only.__contains__)
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), [])
+        # names are text: a node called NA, null, None or nan stays that name, and an empty text cell is "", never
+        # NaN (a NaN layer would print as "nan"); only a number's empty cell is missing. Text is kept as Python
+        # str objects (object dtype), not pandas 3's str dtype: converting 8 text columns of 200k rows costs
+        # 0.15-0.2 s, and the stages only compare, group and write them
+        df = pd.read_csv(path, keep_default_na=False, na_values={c: [""] for c in header if c not in TEXT_COLUMNS},
+                         dtype={c: object for c in TEXT_COLUMNS}, usecols=None if only is None else only.__contains__)
     except Exception as e:  # noqa: BLE001 - any parse failure is bad input
         raise StageError(f"{path} is unreadable ({e}): re-run {PRODUCER.get(name, 'its stage')}") from None
-    for c in TEXT_COLUMNS:      # an empty text cell is "", never NaN (a NaN layer would print as "nan")
-        if c in df.columns:
-            df[c] = df[c].fillna("")
     missing = [c for c in required_columns if c not in df.columns]
     if missing:
         raise StageError(f"{path} lacks columns {missing}: re-run {PRODUCER.get(name, 'its stage')}")
     return df
+
+
+def read_csv_verbatim(rdir: Path, name: str, required_columns: tuple[str, ...] = ()) -> tuple[pd.DataFrame, tuple | None]:
+    """read_csv(), and the file's lines as they are, as write_csv's `head` for a table that keeps the file's
+    columns first, unchanged and in row order (stage 03 adds its columns to 02's): (columns, lines), or None
+    when lines are not rows (a quoted cell with a line break, blank lines) or the file changed while read."""
+    path = Path(rdir) / name
+    before = path.stat() if path.exists() else None
+    df = read_csv(rdir, name, required_columns)
+    with open(path, newline="") as f:
+        text = f.read()
+    after = path.stat()
+    lines = [] if "\r" in text else text.split("\n")    # \r\n or \r line ends (an edited file): formatted again
+    header, lines = (lines[0], lines[1:-1]) if lines else ("", [])    # the last: "" after the final line break
+    same = before is not None and (before.st_ino, before.st_size, before.st_mtime_ns) == \
+        (after.st_ino, after.st_size, after.st_mtime_ns)
+    # a row spanning lines (a quoted line break) or a blank line (skipped) makes more lines than rows, and
+    # without \r no line holds two rows: as many lines as rows means line k is row k
+    if not same or header.split(",") != list(df.columns) or len(lines) != len(df):
+        return df, None
+    return df, (list(df.columns), lines)
 
 
 def read_json(rdir: Path, name: str) -> dict:

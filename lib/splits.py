@@ -264,39 +264,38 @@ def pareto_layers(x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> np.ndarray:
     out = np.full(len(x), np.nan)
     idx = np.flatnonzero(mask)
     order = idx[np.lexsort((idx, y[idx], x[idx]))]
+    xs, ys = x[order].astype(float).tolist(), y[order].astype(float).tolist()   # Python floats: 10x faster to read
     mins: list[float] = []
-    prev = -1
-    for i in order:
-        if prev >= 0 and x[i] == x[prev] and y[i] == y[prev]:
-            k = int(out[prev]) - 1
+    layers: list[int] = []      # per point in order
+    for j, (xj, yj) in enumerate(zip(xs, ys)):
+        if j and xj == xs[j - 1] and yj == ys[j - 1]:
+            k = layers[-1] - 1
         else:
-            k = bisect.bisect_right(mins, y[i])
+            k = bisect.bisect_right(mins, yj)
             if k == len(mins):
-                mins.append(float(y[i]))
+                mins.append(yj)
             else:
-                mins[k] = float(y[i])
-        out[i] = k + 1
-        prev = i
+                mins[k] = yj
+        layers.append(k + 1)
+    out[order] = layers
     return out
 
 
 def _rank(df: pd.DataFrame, order: np.ndarray, window: int, reasons: Reasons) -> np.ndarray:
     """Ranks 1.. in `order` over unpruned boundaries; one within `window` positions of a better one is pruned
     as its near-duplicate."""
-    best_near = np.full(len(df), -1)
-    rank = np.full(len(df), np.nan)
-    pruned = reasons.pruned.tolist()
-    near = np.zeros(len(df), dtype=bool)
+    n = len(df)
+    best_near = np.full(n, -1)
+    rank = np.full(n, np.nan)
+    near = np.zeros(n, dtype=bool)
     k = 0
-    for i in order.tolist():
-        if pruned[i]:
-            continue
+    for i in order[~reasons.pruned[order]].tolist():
         if best_near[i] >= 0:
             near[i] = True
             continue
         k += 1
         rank[i] = k
-        lo, hi = max(0, i - window), min(len(df), i + window + 1)
+        lo, hi = max(0, i - window), min(n, i + window + 1)
         sl = best_near[lo:hi]
         sl[sl < 0] = i
     reasons.flag(near, "near_duplicate", lambda idx: [f"near-duplicate of boundary {b} (window {window})"

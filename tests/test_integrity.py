@@ -217,6 +217,36 @@ def test_csv_writer_floats_of_every_magnitude(tmp_path, monkeypatch):
     assert (tmp_path / "const.csv").read_bytes() == (tmp_path / "const_pandas.csv").read_bytes()
 
 
+def test_stage_03_keeps_02s_lines_as_they_are(tmp_path):
+    """read_csv_verbatim gives a CSV's lines for write_csv to put first (03 adds its columns to 02's): the
+    bytes of formatting them again; None when lines are not rows (a cell with a line break, blank lines, \\r\\n
+    line ends) or a header pandas renames (a column named twice). A formatted head that is not the table's is
+    refused. read_csv (under it) keeps an empty text cell "" and a node called NA; a number's empty cell is NaN."""
+    import pandas as pd
+    from lib.artifacts import csv_row_texts, read_csv_verbatim, write_csv
+    df = pd.DataFrame({"node": ["a,b", 'say "x"', "NA", "", "null"], "flops": [0.1, np.nan, 1e-7, 2.0, 3.0],
+                       "act_in_bytes": [1, 2, 3, 4, 5], "layer": ["", "l1", "", "l,2", "é"], "ok": [True, False] * 2 + [True]})
+    write_csv(df, tmp_path / "m.csv")
+    back, head = read_csv_verbatim(tmp_path, "m.csv")
+    assert back["node"].tolist() == df["node"].tolist() and back["layer"].tolist() == df["layer"].tolist()
+    assert np.isnan(back["flops"][1]) and head == (list(df.columns), (tmp_path / "m.csv").read_text().splitlines()[1:])
+    more = back.assign(t_us=[1.5, np.nan, 3.0, 4.0, 5.0], bound=["memory"] * 5)
+    write_csv(more, tmp_path / "verbatim.csv", head=head)
+    write_csv(more, tmp_path / "formatted.csv")
+    assert (tmp_path / "verbatim.csv").read_bytes() == (tmp_path / "formatted.csv").read_bytes()
+    with pytest.raises(ValueError):
+        write_csv(more[["flops", *df.columns.drop("flops"), "t_us"]], tmp_path / "x.csv", head=head)
+    with pytest.raises(ValueError):
+        write_csv(more.iloc[1:], tmp_path / "x.csv", head=head)
+    assert csv_row_texts(more[["node", "flops"]]) == ['"a,b",0.1', '"say ""x""",', "NA,1e-07", ",2.0", "null,3.0"]
+    text = (tmp_path / "m.csv").read_text()
+    for name, bad in [("break", text.replace("NA", '"N\nA"')), ("blank", text.replace("\nnull", '\n\n"null"')),
+                      ("crlf", text.replace("\n", "\r\n")), ("columns", text.replace("layer", "flops", 1))]:
+        (tmp_path / f"{name}.csv").write_text(bad, newline="")
+        frame, none = read_csv_verbatim(tmp_path, f"{name}.csv")
+        assert none is None and len(frame) == 5, name
+
+
 @pytest.mark.parametrize("names", [["a", "", "b\u00e9", "\u65e5\u672c", "c"], ["x\ny", "", "z"], [""], []])
 def test_graph_arrays_names_survive_the_npz(tmp_path, names):
     """graph.npz keeps names as UTF-8 bytes + offsets; they load back as they were: empty, non-ASCII, and a

@@ -85,12 +85,13 @@ def test_future_child_is_stopped_when_the_parent_fails(tmp_path):
 
 
 @needs_fork
+@pytest.mark.parametrize("head", [False, True])
 @pytest.mark.parametrize("child_fails", [False, True])
 @pytest.mark.parametrize("child_share, min_items", [(0.5, 1), (0.1, 1), (0.1, 100)])
-def test_csv_parts_give_the_bytes_of_one_process(tmp_path, monkeypatch, child_fails, child_share, min_items):
+def test_csv_parts_give_the_bytes_of_one_process(tmp_path, monkeypatch, child_fails, child_share, min_items, head):
     """A frame past the fork threshold (500 x MIN_ITEMS cells; MIN_ITEMS rows when the child has other files
     to write first, 07's JSON files): the two parts joined are pandas' bytes, also when the child dies; the
-    other file is there either way."""
+    other file is there either way. Also with the first two columns formatted ahead (07's sweep columns)."""
     rng = np.random.default_rng(0)
     n = 1_001
     df = pd.DataFrame({"node": [f"n,{i}" if i % 97 == 0 else f"n{i}" for i in range(n)],
@@ -102,7 +103,9 @@ def test_csv_parts_give_the_bytes_of_one_process(tmp_path, monkeypatch, child_fa
     if child_fails:
         monkeypatch.setattr(artifacts, "_write_rows", fails_in_child(artifacts._write_rows))
     along = parallel.Task(lambda: (tmp_path / "along.txt").write_text(str(os.getpid())))
-    artifacts.write_csv(df, tmp_path / "ours.csv", along=along, child_share=child_share)
+    first = ["node", "flops"]
+    artifacts.write_csv(df, tmp_path / "ours.csv", along=along, child_share=child_share,
+                        head=(first, artifacts.csv_row_texts(df[first])) if head else None)
     df.to_csv(tmp_path / "pandas.csv", index=False)
     assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["along.txt", "ours.csv", "pandas.csv"]    # no part left
