@@ -136,6 +136,21 @@ def test_stage_chain_prerequisites_and_bad_configs(tmp_path, good):
                        "not available")
 
 
+def test_edited_or_corrupt_metrics_table_for_stage_03(tmp_path, good):
+    """02's table saved again with \\r\\n line ends (a spreadsheet did it): 03 formats 02's columns itself and
+    writes the bytes it writes from 02's own file; a table that is not text is refused with the stage to re-run."""
+    rdir = tmp_path / "res"
+    assert run_stage("02_shapes_flops_bytes.py", "--model", good, "--results", rdir).returncode == 0
+    assert run_stage("03_merge_profile_metrics.py", "--results", rdir).returncode == 0
+    want = (rdir / "ops_profile.csv").read_bytes()
+    metrics = rdir / "ops_metrics.csv"
+    metrics.write_bytes(metrics.read_bytes().replace(b"\n", b"\r\n"))
+    assert run_stage("03_merge_profile_metrics.py", "--results", rdir).returncode == 0
+    assert (rdir / "ops_profile.csv").read_bytes() == want
+    metrics.write_bytes(b"node,op_type\n\xff\xfe\x00garbage\n")
+    assert_clean_error(run_stage("03_merge_profile_metrics.py", "--results", rdir), "unreadable", "re-run 02")
+
+
 def test_help_explains_every_stage():
     for s in MODEL_STAGES + ["03_merge_profile_metrics.py", "04_critical_path.py", "05_energy_estimate.py", "06_plots.py"]:
         r = run_stage(s, "--help")
