@@ -428,9 +428,15 @@ class GraphArrays:
         longest name's width for every name)."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in self.TEXT + ("run_id",)}
         for k in self.TEXT:
-            enc = [s.encode("utf-8") for s in getattr(self, k)]
-            out[f"{k}_bytes"] = np.frombuffer(b"".join(enc), dtype=np.uint8)
-            out[f"{k}_ptr"] = np.cumsum([0] + [len(e) for e in enc], dtype=np.int64)
+            names = getattr(self, k).tolist()
+            text = "".join(names)
+            if text.isascii():      # one encode (checked in C): a name's bytes are its characters
+                data, sizes = text.encode("ascii"), map(len, names)
+            else:
+                enc = [s.encode("utf-8") for s in names]
+                data, sizes = b"".join(enc), map(len, enc)
+            out[f"{k}_bytes"] = np.frombuffer(data, dtype=np.uint8)
+            out[f"{k}_ptr"] = np.cumsum([0, *sizes], dtype=np.int64)
         out["run_id"] = np.frombuffer(self.run_id.encode(), dtype=np.uint8)
         np.savez(path, **out)
 
