@@ -110,8 +110,9 @@ def write_csv(df: pd.DataFrame, path: Path, along: parallel.Task | None = None, 
     digits as repr), text is quoted as the csv module does, and rows are joined in slices of 50k. A large
     table (5M cells; MIN_ITEMS rows with `along`) is formatted in two parts, child_share of the rows by a
     forked child that first does `along` (other files to write), if given; `along` is done here otherwise,
-    before this returns. head: (the table's first columns, csv_row_texts() of them), formatted ahead (by a
-    child, while the rest of the table was computed)."""
+    before this returns. head: (the table's first columns, each row's text of them): formatted ahead
+    (csv_row_texts: 07's child, while the rest of the table was computed) or the lines of the file they were
+    read from (read_csv_verbatim: 03)."""
     if head is not None and (list(df.columns[:len(head[0])]) != list(head[0]) or len(head[1]) != len(df)):
         raise ValueError(f"{path.name}: the formatted head is not of this table")    # a bug, not bad input
     if df.shape[1] < 2:     # the csv module quotes a lone empty field; too small to matter
