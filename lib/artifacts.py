@@ -104,7 +104,7 @@ def atomic_path(path: Path):
 
 
 def write_csv(df: pd.DataFrame, path: Path, along: parallel.Task | None = None, child_share: float = 0.5,
-              head: tuple[list[str], list[str]] | None = None) -> None:
+              head: tuple[list[str], list[str]] | None = None, done: tuple[list, list[str]] | None = None) -> None:
     """The bytes pandas' to_csv(index=False) writes, 8-9x faster on a 200k-node graph's tables: float repr is
     ~1 us a cell in Python, so numeric columns are formatted by orjson (Rust; the same shortest round-trip
     digits as repr), text is quoted as the csv module does, and rows are joined in slices of 50k. A large
@@ -112,9 +112,12 @@ def write_csv(df: pd.DataFrame, path: Path, along: parallel.Task | None = None, 
     forked child that first does `along` (other files to write), if given; `along` is done here otherwise,
     before this returns. head: (the table's first columns, each row's text of them): formatted ahead
     (csv_row_texts: 07's child, while the rest of the table was computed) or the lines of the file they were
-    read from (read_csv_verbatim: 03)."""
+    read from (read_csv_verbatim: 03). done: (the column types of a frame of the table's first rows,
+    csv_row_texts() of it), formatted ahead (02, while its child computed the other rows); unused when the
+    table's types differ (a NaN in the other rows makes a column of ints float)."""
     if head is not None and (list(df.columns[:len(head[0])]) != list(head[0]) or len(head[1]) != len(df)):
         raise ValueError(f"{path.name}: the formatted head is not of this table")    # a bug, not bad input
+    first = done[1] if done is not None and done[0] == list(df.dtypes) and len(done[1]) <= len(df) else []
     if df.shape[1] < 2:     # the csv module quotes a lone empty field; too small to matter
         with atomic_path(path) as tmp:
             df.to_csv(tmp, index=False)
@@ -122,7 +125,10 @@ def write_csv(df: pd.DataFrame, path: Path, along: parallel.Task | None = None, 
         with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
             f.write(",".join(_text_cells(list(df.columns))) + "\n")
             big = len(df) * (df.shape[1] - len(head[0] if head else ())) >= CSV_HALVES_PER_ITEM * parallel.MIN_ITEMS
-            if (big or along is not None and len(df) >= parallel.MIN_ITEMS) and parallel.available():
+            if first and head is None:      # the rest of the rows formatted here
+                f.write("\n".join(first) + "\n")
+                _write_rows(df, len(first), len(df), f)
+            elif (big or along is not None and len(df) >= parallel.MIN_ITEMS) and parallel.available():
                 _write_parts(df, f, tmp, along, child_share, head)
             else:
                 _write_rows(df, 0, len(df), f, head)

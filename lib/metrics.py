@@ -74,9 +74,12 @@ STORED_CHAIN = {"DequantizeLinear", "Identity", "Cast", "Reshape", "Transpose", 
                 "QuantizeLinear"}
 
 
-def node_metrics(g: Graph, consts: set[str] | None = None, along: parallel.Task | None = None) -> pd.DataFrame:
+def node_metrics(g: Graph, consts: set[str] | None = None, along: parallel.Task | None = None,
+                 meanwhile=None) -> pd.DataFrame:
     """One row per node (METRIC_COLUMNS), built as tuples: at 200k nodes every per-node operation counts.
-    `along`: work (saving the graph) for the child that computes part of the rows to do first."""
+    `along`: work (saving the graph) for the child that computes part of the rows to do first; `meanwhile`:
+    called with the frame of the first rows (all of them without a child), while the child computes the rest
+    (02 formats their CSV lines)."""
     consts = constant_tensors(g) if consts is None else consts
     shp = shape_tensors(g, consts)
     stored, folded = stored_bytes(g, consts)
@@ -145,9 +148,14 @@ def node_metrics(g: Graph, consts: set[str] | None = None, along: parallel.Task 
         _extend(cols, out)
         return cols
 
+    def part(lo: int, hi: int) -> list[pd.DataFrame]:
+        frame = _frame(row_range(lo, hi))
+        if lo == 0 and meanwhile is not None:
+            meanwhile(frame)
+        return [frame]
+
     # two cores on a large graph: rows are independent, and each part is made a frame where it is computed
-    parts = parallel.split(lambda lo, hi: [_frame(row_range(lo, hi))], len(g.nodes),
-                           child_share=0.5 if along is None else CHILD_SHARE_ALONG, task=along)
+    parts = parallel.split(part, len(g.nodes), child_share=0.5 if along is None else CHILD_SHARE_ALONG, task=along)
     parts = [p for p in parts if len(p)] or parts[:1]      # an empty half has no types to give its columns
     df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)   # ints and NaN: float64, as one
     _refuse_unreal(df)

@@ -112,6 +112,19 @@ def test_csv_parts_give_the_bytes_of_one_process(tmp_path, monkeypatch, child_fa
     assert (int((tmp_path / "along.txt").read_text()) == PARENT) == child_fails
 
 
+def test_csv_rows_formatted_ahead(tmp_path):
+    """02 formats its first rows' CSV lines while the child computes the others (write_csv's `done`): pandas'
+    bytes; unused when the table's column types differ from the part's (ints in the first rows, a NaN in the
+    others: the column is float, 3 is written 3.0)."""
+    df = pd.DataFrame({"node": ["a", "b,c", "d"], "act_in_bytes": [1.0, 2.0, np.nan], "ok": [True, False, True]})
+    ints = pd.DataFrame({"node": ["a", "b,c"], "act_in_bytes": [1, 2], "ok": [True, False]})
+    df.to_csv(tmp_path / "pandas.csv", index=False)
+    for name, first in [("same", df.iloc[:2]), ("ints", ints)]:
+        artifacts.write_csv(df, tmp_path / f"{name}.csv", done=(list(first.dtypes), artifacts.csv_row_texts(first)))
+        assert (tmp_path / f"{name}.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes(), name
+    assert artifacts.csv_row_texts(ints) == ["a,1,True", '"b,c",2,False']
+
+
 def _analysis(tmp_path, monkeypatch, min_items):
     monkeypatch.setattr(parallel, "MIN_ITEMS", min_items)
     batch_cnn(tmp_path / "cnn.onnx")
