@@ -114,18 +114,20 @@ def write_csv(df: pd.DataFrame, path: Path, along: parallel.Task | None = None, 
     (csv_row_texts: 07's child, while the rest of the table was computed) or the lines of the file they were
     read from (read_csv_verbatim: 03). done: (the column types of a frame of the table's first rows,
     csv_row_texts() of it), formatted ahead (02, while its child computed the other rows); unused when the
-    table's types differ (a NaN in the other rows makes a column of ints float)."""
-    if head is not None and (list(df.columns[:len(head[0])]) != list(head[0]) or len(head[1]) != len(df)):
-        raise ValueError(f"{path.name}: the formatted head is not of this table")    # a bug, not bad input
+    table's types differ (a NaN in the other rows makes a column of ints float); never with a head."""
+    if head is not None and (list(df.columns[:len(head[0])]) != list(head[0]) or len(head[1]) != len(df)
+                             or done is not None):
+        raise ValueError(f"{path.name}: the formatted head is not of this table, or comes with rows done")  # a bug
     first = done[1] if done is not None and done[0] == list(df.dtypes) and len(done[1]) <= len(df) else []
+    cells = len(df) * (df.shape[1] - (len(head[0]) if head else 0))     # to format here
     if df.shape[1] < 2:     # the csv module quotes a lone empty field; too small to matter
         with atomic_path(path) as tmp:
             df.to_csv(tmp, index=False)
     else:
         with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
             f.write(",".join(_text_cells(list(df.columns))) + "\n")
-            big = len(df) * (df.shape[1] - len(head[0] if head else ())) >= CSV_HALVES_PER_ITEM * parallel.MIN_ITEMS
-            if first and head is None:      # the rest of the rows formatted here
+            big = cells >= CSV_PARTS_PER_ITEM * parallel.MIN_ITEMS
+            if first:       # the rest of the rows formatted here
                 f.write("\n".join(first) + "\n")
                 _write_rows(df, len(first), len(df), f)
             elif (big or along is not None and len(df) >= parallel.MIN_ITEMS) and parallel.available():
@@ -227,7 +229,7 @@ CSV_SLICE = 50_000
 # cells (x parallel.MIN_ITEMS: 5M) from which a CSV is formatted in two parts: below, forking the stage and
 # the copy-on-write pages it brings cost about what the second part saves (02's 200k x 18 table: the same wall time
 # for 0.5 s more CPU; 03's 200k x 33, 2.37 -> 2.16 s)
-CSV_HALVES_PER_ITEM = 500
+CSV_PARTS_PER_ITEM = 500
 _CSV_SPECIAL = re.compile(r'[,"\r\n]')
 
 
