@@ -1993,7 +1993,6 @@ def report(recs, opts, elapsed, kinds):
         out.append(f"oracle disagreements ({len(notes)}): " + "; ".join(f"{r['id']}: {r['oracle_note'][:100]}" for r in notes[:5]))
     out.append("")
     cls_cols = [c for c in ALL_CLASSES if any(per_stage[s][c] for s in per_stage)]
-    w = max(12, *(len(c) for c in cls_cols)) if cls_cols else 12
     out.append("per stage (a run counts in every class it falls in):")
     out.append(f"  {'stage':<6}{'runs':>6}  " + "  ".join(f"{c:>{len(c)}}" for c in cls_cols))
     for st in sorted(per_stage):
