@@ -23,6 +23,7 @@ from lib.export_split import (SplitExporter, benchmark_set, closing_line, earlie
 from lib.inputs import InputSpec, value_hint
 from lib.loading import analysed
 from lib.provenance import stamp
+from lib.split_diagram import dot_program
 from lib.splits import choose_boundaries
 
 
@@ -48,6 +49,7 @@ def main(argv=None):
     a = cli.parse(p, argv)
     if a.top_k < 1 or a.runs < 1:
         p.error("--top-k and --runs must be >= 1")
+    dot_program(a.diagram)      # --diagram dot without Graphviz: refused before anything is written
     an, res = analysed(a.rdir, a.model, InputSpec.from_args(a))
     metas = res.require("workload_profile.json", "merge_meta.json", "metrics_meta.json")
     bd = read_csv(a.rdir, "boundaries.csv", ("boundary", "after_node", "comm_bytes", "rank", "n_cut_tensors"))

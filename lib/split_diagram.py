@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .errors import StageError
 from .graph import Graph, dtype_name
 from .metrics import layer_name
 from .units import fmt_binary_bytes
@@ -104,16 +105,24 @@ def dot_source(g: Graph, b: int, cut: list[str], hops: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def dot_program(backend: str) -> str | None:
+    """The `dot` executable the backend renders with (auto: when installed), else None (matplotlib, none).
+    StageError when dot is asked for by name and not installed: checked before a stage writes anything."""
+    dot = shutil.which("dot") if backend in ("auto", "dot") else None
+    if backend == "dot" and not dot:
+        raise StageError("--diagram dot: Graphviz `dot` is not installed (apt-get install graphviz), "
+                         "or use --diagram auto / matplotlib")
+    return dot
+
+
 def render(g: Graph, b: int, cut: list[str], out_dir: Path, hops: int = 1, backend: str = "auto") -> list[Path]:
     """Write split_context.dot and render it (dot: SVG + PDF; matplotlib: PNG + SVG). Returns the files."""
+    dot = dot_program(backend)
     out_dir.mkdir(parents=True, exist_ok=True)
     dot_file = out_dir / "split_context.dot"
     dot_file.write_text(dot_source(g, b, cut, hops))
     written = [dot_file]
-    dot = shutil.which("dot")
-    if backend == "dot" or (backend == "auto" and dot):
-        if not dot:
-            raise FileNotFoundError("Graphviz `dot` is not installed")
+    if dot:
         for fmt in ("svg", "pdf"):
             out = out_dir / f"split_context.{fmt}"
             subprocess.run([dot, f"-T{fmt}", str(dot_file), "-o", str(out)], check=True, capture_output=True, timeout=120)

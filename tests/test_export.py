@@ -10,7 +10,7 @@ import onnx
 import pandas as pd
 import pytest
 
-from conftest import costs, run_stage, small_cnn
+from conftest import REPO, costs, run_stage, small_cnn
 
 
 def pipeline(model, rdir, *args08):
@@ -97,7 +97,9 @@ def test_external_data_model_splits_and_validates(tmp_path):
     assert run_runner(moved, "--runs", "1").returncode == 0
 
 
-def test_diagram_backends(tmp_path):
+def test_diagram_backends(tmp_path, monkeypatch):
+    import lib.split_diagram
+    from lib.errors import StageError
     from lib.loading import graph_of
     from lib.split_diagram import dot_source, render
     g = graph_of(small_cnn(None))
@@ -105,6 +107,13 @@ def test_diagram_backends(tmp_path):
     assert "cluster_left" in src and "cluster_right" in src and 'label="r1"' in src and "color=\"red\"" in src
     files = render(g, 2, ["r1"], tmp_path / "mpl", 2, "matplotlib")
     assert {f.name for f in files} == {"split_context.dot", "split_context.png", "split_context.svg"}
+    with monkeypatch.context() as m:       # a machine without Graphviz: auto draws with matplotlib, dot is refused
+        m.setattr(lib.split_diagram.shutil, "which", lambda name: None)
+        files = render(g, 2, ["r1"], tmp_path / "auto", 1, "auto")
+        assert {f.name for f in files} == {"split_context.dot", "split_context.png", "split_context.svg"}
+        with pytest.raises(StageError, match="Graphviz `dot` is not installed"):
+            render(g, 2, ["r1"], tmp_path / "nodot", 1, "dot")
+        assert not (tmp_path / "nodot").exists()
     if shutil.which("dot") is None:
         pytest.skip("Graphviz dot not installed: dot backend not exercised")
     files = render(g, 2, ["r1"], tmp_path / "dot", 0, "dot")
@@ -120,6 +129,12 @@ def test_benchmark_set_and_bad_input(tmp_path):
     r = run_stage("08_export_splits.py", "--model", model, "--results", rdir)
     assert r.returncode == 2 and "run 07_split_candidates.py first" in r.stderr and "Traceback" not in r.stderr
     pipeline(model, rdir, "--boundary", "2", "--diagram", "none")
+    before = {p: p.stat().st_mtime_ns for p in rdir.rglob("*")}
+    r = subprocess.run([sys.executable, "08_export_splits.py", "--model", str(model), "--results", str(rdir),
+                        "--boundary", "4", "--diagram", "dot"], cwd=REPO, capture_output=True, text=True,
+                       env={**os.environ, "PATH": str(tmp_path / "no-tools")})    # no Graphviz on this PATH
+    assert r.returncode == 2 and "Graphviz `dot` is not installed" in r.stderr and "Traceback" not in r.stderr
+    assert {p: p.stat().st_mtime_ns for p in rdir.rglob("*")} == before      # nothing written or removed
     r = run_stage("08_export_splits.py", "--model", model, "--results", rdir, "--boundary", "99")
     assert r.returncode == 2 and "out of range" in r.stderr
     bench = tmp_path / "bench"
