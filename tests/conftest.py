@@ -32,9 +32,11 @@ def make_model(nodes, inputs, outputs, initializers=(), opset=17, path=None):
     return m
 
 
-def run_stage(script, *args, cwd=REPO):
-    """Run a stage script in a subprocess; returns CompletedProcess with text stdout/stderr."""
+def run_stage(script, *args, cwd=REPO, env=None):
+    """Run a stage script in a subprocess; returns CompletedProcess with text stdout/stderr. env: variables set
+    on top of this process's environment."""
     return subprocess.run([sys.executable, str(REPO / script), *map(str, args)], cwd=cwd,
+                          env=None if env is None else {**os.environ, **env},
                           capture_output=True, text=True, timeout=600)
 
 

@@ -10,7 +10,7 @@ import onnx
 import pandas as pd
 import pytest
 
-from conftest import REPO, costs, run_stage, small_cnn
+from conftest import costs, run_stage, small_cnn
 
 
 def pipeline(model, rdir, *args08):
@@ -130,9 +130,8 @@ def test_benchmark_set_and_bad_input(tmp_path):
     assert r.returncode == 2 and "run 07_split_candidates.py first" in r.stderr and "Traceback" not in r.stderr
     pipeline(model, rdir, "--boundary", "2", "--diagram", "none")
     before = {p: p.stat().st_mtime_ns for p in rdir.rglob("*")}
-    r = subprocess.run([sys.executable, "08_export_splits.py", "--model", str(model), "--results", str(rdir),
-                        "--boundary", "4", "--diagram", "dot"], cwd=REPO, capture_output=True, text=True,
-                       env={**os.environ, "PATH": str(tmp_path / "no-tools")})    # no Graphviz on this PATH
+    r = run_stage("08_export_splits.py", "--model", model, "--results", rdir, "--boundary", "4", "--diagram", "dot",
+                  env={"PATH": str(tmp_path / "no-tools")})     # no Graphviz on this PATH
     assert r.returncode == 2 and "Graphviz `dot` is not installed" in r.stderr and "Traceback" not in r.stderr
     assert {p: p.stat().st_mtime_ns for p in rdir.rglob("*")} == before      # nothing written or removed
     r = run_stage("08_export_splits.py", "--model", model, "--results", rdir, "--boundary", "99")
