@@ -119,6 +119,8 @@ def render(g: Graph, b: int, cut: list[str], out_dir: Path, hops: int = 1, backe
     """Write split_context.dot and render it (dot: SVG + PDF; matplotlib: PNG + SVG). Returns the files."""
     dot = dot_program(backend)
     out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("split_context.*"):     # an earlier drawing (other backend or hops) is not left beside
+        old.unlink()
     dot_file = out_dir / "split_context.dot"
     dot_file.write_text(dot_source(g, b, cut, hops))
     written = [dot_file]

@@ -119,6 +119,9 @@ def test_diagram_backends(tmp_path, monkeypatch):
     files = render(g, 2, ["r1"], tmp_path / "dot", 0, "dot")
     assert {f.name for f in files} == {"split_context.dot", "split_context.svg", "split_context.pdf"}
     assert (tmp_path / "dot" / "split_context.svg").read_text().count("<svg") == 1
+    render(g, 2, ["r1"], tmp_path / "dot", 1, "matplotlib")     # drawn again: no PDF of the earlier drawing left
+    assert {f.name for f in (tmp_path / "dot").iterdir()} == {"split_context.dot", "split_context.png",
+                                                              "split_context.svg"}
 
 
 def test_benchmark_set_and_bad_input(tmp_path):
