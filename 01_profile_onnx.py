@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
 """Stage 01: profile an ONNX model with ONNX Runtime -> per-node measured latency (ops_latency.csv).
 
-Every kernel ORT runs is mapped back onto the original ONNX node names (see lib/profiling.py and the
+Every kernel ORT runs is mapped back onto the original ONNX node names (see lib/latency/profiling.py and the
 README); the share of kernel time that lands on original nodes is reported as coverage. ORT's own trace
 (Chrome trace JSON: open it in chrome://tracing or ui.perfetto.dev) and its optimized graph (open it in
 Netron) are kept in results/<stem>/profile/.
 """
 from lib import cli
 from lib.artifacts import versions, write_csv, write_json
-from lib.control_flow import runaway_loops
+from lib.onnx.control_flow import runaway_loops
 from lib.errors import StageError
-from lib.inputs import InputSpec, value_hint
-from lib.loading import prepare
-from lib.profiling import OPT_LEVELS, PROVIDERS, latency_table, percentiles, profile_model
+from lib.onnx.inputs import InputSpec, value_hint
+from lib.onnx.loading import prepare
+from lib.latency.profiling import OPT_LEVELS, PROVIDERS, latency_table, percentiles, profile_model
 from lib.provenance import stamp
 
 

@@ -12,9 +12,9 @@ and input spec).
 from lib import cli
 from lib.artifacts import csv_row_texts, versions, write_csv, write_json
 from lib.errors import StageError
-from lib.inputs import InputSpec
-from lib.loading import prepare, saving_graph
-from lib.metrics import kv_cache, node_metrics, summarize
+from lib.onnx.inputs import InputSpec
+from lib.onnx.loading import prepare, saving_graph
+from lib.onnx.metrics import kv_cache, node_metrics, summarize
 from lib.provenance import new_run_id, stamp
 from lib.units import fmt_bytes, fmt_count
 

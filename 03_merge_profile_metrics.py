@@ -15,9 +15,9 @@ from lib import cli
 from lib.artifacts import CONFIGS, read_csv, read_csv_verbatim, versions, write_csv, write_json
 from lib.errors import StageError
 from lib.host import load_host
-from lib.latency_model import ort_node_roles, predict_profile
+from lib.latency.latency_model import ort_node_roles, predict_profile
 from lib.provenance import Results, stamp
-from lib.roofline import LATENCY_COLUMNS, merge, roofline
+from lib.analysis.roofline import LATENCY_COLUMNS, merge, roofline
 
 
 ORT_SLOW_NODES = 20_000     # from here ONNX Runtime's session creation takes long enough to say so first
@@ -32,7 +32,7 @@ def predicted(df, meta: dict, host: dict, a, metas: dict):
                   f"superlinear (37 s at 50k nodes on 2 cores, over 10 min at 200k): leave out --model to predict "
                   f"without fusions", flush=True)
         # onnx and the model front door, imported only on this path (0.1 s)
-        from lib.loading import analysed
+        from lib.onnx.loading import analysed
         graph = analysed(a.rdir, a.model)[0].graph
         try:
             roles = ort_node_roles(a.model, graph=graph)

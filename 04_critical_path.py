@@ -11,11 +11,11 @@ import pandas as pd
 
 from lib import cli
 from lib.artifacts import read_csv, versions, write_csv, write_json
-from lib.dag import longest_path, stages, summary
+from lib.analysis.dag import longest_path, stages, summary
 from lib.errors import StageError
-from lib.loading import analysed_arrays
+from lib.onnx.loading import analysed_arrays
 from lib.provenance import stamp
-from lib.roofline import known_or_zero
+from lib.analysis.roofline import known_or_zero
 
 
 def main(argv=None):

@@ -12,10 +12,10 @@ time (measured or predicted) the power model used.
 """
 from lib import cli
 from lib.artifacts import CONFIGS, read_csv, versions, write_csv, write_json
-from lib.energy import amdahl_table, kernel_table, load_offload, node_energy
+from lib.analysis.energy import amdahl_table, kernel_table, load_offload, node_energy
 from lib.errors import StageError
 from lib.host import load_host
-from lib.loading import analysed_arrays
+from lib.onnx.loading import analysed_arrays
 from lib.provenance import stamp
 
 

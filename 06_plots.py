@@ -8,7 +8,7 @@ from lib import cli
 from lib.artifacts import read_csv, read_json, versions, write_json
 from lib.host import load_host
 from lib.provenance import Results, stamp
-from lib.plots import (energy_plot, gantt_plot, hardware_plot, latency_by_class_plot, roofline_plot, save,
+from lib.report.plots import (energy_plot, gantt_plot, hardware_plot, latency_by_class_plot, roofline_plot, save,
                        split_plots)
 
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 from lib import cli, parallel
 from lib.artifacts import atomic_path, csv_row_texts, read_csv, versions, write_csv, write_json
-from lib.boundary_sweep import SWEEP_COLUMNS, sweep_columns, sweep_frame
-from lib.inputs import InputSpec
-from lib.loading import analysed_arrays
+from lib.split.boundary_sweep import SWEEP_COLUMNS, sweep_columns, sweep_frame
+from lib.onnx.inputs import InputSpec
+from lib.onnx.loading import analysed_arrays
 from lib.provenance import stamp
-from lib.splits import (add_costs, baselines, device_factors, feasibility_reasons, latex_table, pareto_table,
+from lib.split.ranking import (add_costs, baselines, device_factors, feasibility_reasons, latex_table, pareto_table,
                         print_summary, prune_and_rank, pruning_summary, ranking_overrides, split_model, split_summary)
-from lib.system import load_system
+from lib.split.system import load_system
 
 
 def add_flags(p) -> None:

@@ -18,13 +18,13 @@ from pathlib import Path
 from lib import cli
 from lib.artifacts import read_csv, read_json, versions, write_json
 from lib.errors import StageError
-from lib.export_split import (SplitExporter, benchmark_set, closing_line, earlier_splits, export_one, progress,
+from lib.split.export import (SplitExporter, benchmark_set, closing_line, earlier_splits, export_one, progress,
                               pruned_note, split_line, summary, sweep_stale)
-from lib.inputs import InputSpec, value_hint
-from lib.loading import analysed
+from lib.onnx.inputs import InputSpec, value_hint
+from lib.onnx.loading import analysed
 from lib.provenance import stamp
-from lib.split_diagram import dot_program
-from lib.splits import choose_boundaries
+from lib.split.diagram import dot_program
+from lib.split.ranking import choose_boundaries
 
 
 def add_flags(p) -> None:

@@ -14,7 +14,7 @@ import pandas as pd
 from lib import cli
 from lib.artifacts import CONFIGS, REPO, versions, write_csv, write_json
 from lib.errors import StageError
-from lib.fx_partition import analyze, compare_row, parse_shape
+from lib.fx.partition import analyze, compare_row, parse_shape
 from lib.units import fmt_bytes, fmt_count
 
 

@@ -17,12 +17,12 @@ import pandas as pd
 
 from lib import cli
 from lib.artifacts import CONFIGS, read_csv, write_csv, write_json
-from lib.export_split import SplitExporter
-from lib.hailo import ARCHS, ParseCache, backends, check_partitions, load_op_table, partition_file, provision
-from lib.inputs import InputSpec
-from lib.loading import analysed
+from lib.split.export import SplitExporter
+from lib.split.hailo import ARCHS, ParseCache, backends, check_partitions, load_op_table, partition_file, provision
+from lib.onnx.inputs import InputSpec
+from lib.onnx.loading import analysed
 from lib.provenance import stamp
-from lib.splits import HAILO_META, choose_boundaries
+from lib.split.ranking import HAILO_META, choose_boundaries
 
 COLUMNS = ["boundary", "side", "partition", "arch", "status", "source", "node", "op", "reason", "compiler_version",
            "cached"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from lib import cli
 from lib.artifacts import REPO, atomic_path, versions, write_json
 from lib.provenance import stamp
-from lib.report import build, build_index, screenshots
+from lib.report.page import build, build_index, screenshots
 
 
 def main(argv=None):

@@ -65,8 +65,8 @@ $(VENV): requirements.txt
 	touch $@
 
 # the embedded default model, built locally from torchvision (random weights, nothing downloaded)
-models/resnet50.onnx: lib/export_models.py | $(VENV)
-	$(PY) -m lib.export_models resnet50 $@
+models/resnet50.onnx: lib/onnx/export_models.py | $(VENV)
+	$(PY) -m lib.onnx.export_models resnet50 $@
 
 # 01 runs after 02 (order-only) so that profiling never shares the cores with another stage under make -j
 $(R)/ops_latency.csv: $(MODEL) 01_profile_onnx.py $(LIB) $(WORKLOAD) $(SPEC_STAMP) $(PROFILE_STAMP) | $(VENV) $(R)/ops_metrics.csv
@@ -112,7 +112,7 @@ $(R)/plots/.done: $(R)/ops_profile.csv $(R)/critical_path.csv $(R)/energy.csv $(
 
 # 11: one self-contained page per model (and results/index.html across models), after everything else
 $(R)/report.html: $(R)/plots/.done $(R)/validation_report.json $(R)/critical_path.csv $(R)/energy.csv \
-		11_report.py $(LIB) lib/templates/report.html.j2
+		11_report.py $(LIB) lib/report/templates/report.html.j2
 	$(PY) 11_report.py --model $(MODEL) --results $(R)
 
 # stage 09 on a PyTorch model (any torchvision name, or pkg.module:factory), then its plots
@@ -122,13 +122,13 @@ fx: | $(VENV)
 	$(PY) 06_plots.py --results results/$(subst :,_,$(TORCH_MODEL))
 
 calibrate: | $(VENV)
-	$(PY) -m lib.calibrate --host $(HOST) --system $(SYSTEM) --out $(LATENCY_MODEL)
+	$(PY) -m lib.latency.calibrate --host $(HOST) --system $(SYSTEM) --out $(LATENCY_MODEL)
 
 # measured and predicted latency, throughput and arithmetic intensity per batch -> results/<stem>/sweep.csv + plot
 BATCHES ?= 1 2 4 8 16
 ROUNDS ?= 3
 sweep: | $(VENV)
-	$(PY) -m lib.sweep --model $(MODEL) --results $(R) --batches $(BATCHES) --runs $(RUNS) --rounds $(ROUNDS) $(SHAPE_ARGS) $(if $(PRESET),--preset $(PRESET))
+	$(PY) -m lib.latency.sweep --model $(MODEL) --results $(R) --batches $(BATCHES) --runs $(RUNS) --rounds $(ROUNDS) $(SHAPE_ARGS) $(if $(PRESET),--preset $(PRESET))
 
 test: | $(VENV)
 	$(PY) -m pytest -q tests

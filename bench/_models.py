@@ -9,10 +9,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def ensure_model(name: str, path: Path | None = None, *extra: str) -> Path:
-    """`python -m lib.export_models NAME PATH EXTRA...` unless PATH exists; returns PATH."""
+    """`python -m lib.onnx.export_models NAME PATH EXTRA...` unless PATH exists; returns PATH."""
     path = path or REPO / "models" / f"{name}.onnx"
     if not path.exists():
-        subprocess.run([sys.executable, "-m", "lib.export_models", name, str(path), *extra], cwd=REPO, check=True,
+        subprocess.run([sys.executable, "-m", "lib.onnx.export_models", name, str(path), *extra], cwd=REPO, check=True,
                        capture_output=True)
     return path
 

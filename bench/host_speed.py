@@ -63,8 +63,8 @@ def main():
         p.error(f"--model {a.model} not found")
     import onnxruntime as ort
 
-    from lib.inputs import InputSpec, make_feeds, resolve_input_shapes
-    from lib.onnx_io import read_light
+    from lib.onnx.inputs import InputSpec, make_feeds, resolve_input_shapes
+    from lib.onnx.reader import read_light
     path = a.model or str(ensure_model("resnet50"))
     model = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     light = read_light(path).model

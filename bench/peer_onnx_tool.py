@@ -24,7 +24,7 @@ LayerNormalization, Softmax) computed by hand, by both tools and by PyTorch's Fl
 Last, one markdown summary table.
 
 Models are built into models/ when missing (random weights, nothing downloaded): torchvision vit_b_16,
-resnet50, swin_t (dynamo export via lib.export_models, and swin_t_ts: a TorchScript export, dynamo=False,
+resnet50, swin_t (dynamo export via lib.onnx.export_models, and swin_t_ts: a TorchScript export, dynamo=False,
 opset 17), Hugging Face BERT (hf-bert), the synthetic graphs of bench/synthetic_graphs.py at 10k, 50k and
 200k nodes, and with --big models/gpt2_wide.onnx (h=1536, 12 layers, ~1.7 GB external data).
 Timings on a shared machine are noisy: treat them as provisional.

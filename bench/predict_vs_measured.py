@@ -7,10 +7,10 @@
 Per model: stage 02 and stage 01 (`--runs N`) as subprocesses into results/_latency_bench/<stem>/ (the
 models' own results/<stem>/ stay untouched); per-node prediction from ops_metrics.csv with the nodes ORT fuses
 or removes taken (a) from stage 01's attribution (ops_latency.csv) and (b) without profiling, from ORT's
-optimized graph (lib.latency_model.fused_from_ort / ort_node_roles); predicted total against the measured session latency
+optimized graph (lib.latency.latency_model.fused_from_ort / ort_node_roles); predicted total against the measured session latency
 (profile_meta.json session_latency.median_us) and against the summed kernel time. On a machine shared with
 other work the cores are taken away for whole scheduler slices, so the model is also run once more as stage
-01 runs it, recording the CPU time of ORT's calling thread per run (lib.sweep.measure_uncontended): the
+01 runs it, recording the CPU time of ORT's calling thread per run (lib.latency.sweep.measure_uncontended): the
 latency with the cores to itself ("uncontended"), and the CPU share the run got. Then the median and worst
 |predicted/measured - 1| and, for the worst models, which op classes carry the error. With `--rounds N`
 (default 3) stage 01 and the uncontended run are repeated N times, all models in turn, and each measured figure
@@ -99,7 +99,7 @@ def _preset(stem: str) -> str | None:
 
 def remeasure(stem: str, a) -> dict:
     """Another round of one model: stage 01 again (02's costs stay) and the uncontended run; measured figures."""
-    from lib.sweep import measure_uncontended, measured, run_stages
+    from lib.latency.sweep import measure_uncontended, measured, run_stages
     rdir = Path(a.results_root) / stem
     run_stages(model_path(stem), rdir, MODELS[stem][2], runs=a.runs, threads=a.threads, costs=False)
     s = measured(json.loads((rdir / "profile_meta.json").read_text()))
@@ -130,8 +130,8 @@ def median_of_rounds(first: dict, later: list[dict]) -> dict:
 def measure(stem: str, a, lm, peaks, bw: float) -> tuple[dict, pd.DataFrame]:
     """One model: stages 02 and 01 (unless reused), the prediction with fused nodes from 01 and from ORT's
     optimized graph, the uncontended run. Returns (its row, its class_table)."""
-    from lib.latency_model import ort_node_roles
-    from lib.sweep import compare, measure_uncontended, run_stages
+    from lib.latency.latency_model import ort_node_roles
+    from lib.latency.sweep import compare, measure_uncontended, run_stages
     m = model_path(stem)
     shape_args, preset = MODELS[stem][2], _preset(stem)
     workload = str(REPO / "configs" / "workload.yaml")
@@ -207,8 +207,8 @@ def print_worst(df: pd.DataFrame, per_class: dict[str, pd.DataFrame]) -> None:
 
 def main():
     a = _args()
-    from lib.latency_model import load_latency_model
-    from lib.sweep import model_roofline
+    from lib.latency.latency_model import load_latency_model
+    from lib.latency.sweep import model_roofline
     lm = load_latency_model(a.latency_model)
     peaks, bw = model_roofline(lm, REPO / "configs" / "host.yaml")
     stems = a.only or list(MODELS)

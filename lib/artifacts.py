@@ -18,8 +18,8 @@ import numpy as np
 import orjson
 import yaml
 
-from . import lazy_import, parallel
-from .errors import StageError
+from lib import lazy_import, parallel
+from lib.errors import StageError
 
 pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
 

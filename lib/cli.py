@@ -9,8 +9,8 @@ import os
 import sys
 import traceback
 
-from .artifacts import CONFIGS, results_dir
-from .errors import StageError
+from lib.artifacts import CONFIGS, results_dir
+from lib.errors import StageError
 
 
 class Parser(argparse.ArgumentParser):
@@ -44,7 +44,7 @@ def parse(p: Parser, argv=None) -> argparse.Namespace:
 
 
 def add_inputs(p: Parser, feeds: bool = False) -> None:
-    """The one input spec (lib/inputs.py): shapes for every stage, and feeds for the stages that run the model."""
+    """The one input spec (lib/onnx/inputs.py): shapes for every stage, and feeds for the stages that run the model."""
     p.add_argument("--workload", default=str(CONFIGS / "workload.yaml"), metavar="YAML",
                    help="symbolic-dim values, presets and seed (default: %(default)s)")
     p.add_argument("--shape-override", action="append", default=[], metavar="'NAME=1x3x224x224 ...'",

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .artifacts import load_yaml
-from .errors import StageError
+from lib.artifacts import load_yaml
+from lib.errors import StageError
 
 REQUIRED = ("peak_flops_per_s", "mem_bw_bytes_per_s", "avg_power_w", "energy")
 

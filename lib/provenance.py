@@ -1,7 +1,7 @@
 """Results always belong to the model and the inputs that made them.
 
-Every stage's meta file records its identity (the model's path and graph hash, lib/onnx_io.py; the resolved
-input shapes and the --inputs-npz hash, lib/inputs.py), a run id, and the run ids of the artifacts it was
+Every stage's meta file records its identity (the model's path and graph hash, lib/onnx/reader.py; the resolved
+input shapes and the --inputs-npz hash, lib/onnx/inputs.py), a run id, and the run ids of the artifacts it was
 made from. A stage that combines artifacts calls require(): they must share one identity, match the model
 and inputs it was given, and none may be older than what it was made from. Any mismatch is one StageError
 that names both sides and the command that fixes it.
@@ -11,12 +11,12 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from .artifacts import PRODUCER, read_json
-from .errors import StageError
+from lib.artifacts import PRODUCER, read_json
+from lib.errors import StageError
 
 
 def identity(light, inputs: dict | None) -> dict:
-    """light: lib.onnx_io.LightModel; inputs: InputSpec.describe(shapes), or None for stages without inputs.
+    """light: lib.onnx.reader.LightModel; inputs: InputSpec.describe(shapes), or None for stages without inputs.
     The file's size and mtime let a later stage trust the hash without reading the model again."""
     st = Path(light.path).stat()
     return {"model": {"path": str(Path(light.path).resolve()), "graph_sha256": light.graph_sha256,
@@ -35,7 +35,7 @@ def graph_hash(model, recorded: dict) -> str:
     if (recorded.get("path"), recorded.get("size"), recorded.get("mtime_ns")) == (str(p.resolve()), st.st_size,
                                                                                  st.st_mtime_ns):
         return recorded["graph_sha256"]
-    from .onnx_io import read_light
+    from lib.onnx.reader import read_light
     return read_light(p).graph_sha256
 
 

@@ -87,7 +87,7 @@ def small_cnn(path):
 @pytest.fixture(scope="session")
 def tv_models(tmp_path_factory):
     """torchvision exports, built once per session (random weights, nothing downloaded)."""
-    from lib.export_models import export_torchvision
+    from lib.onnx.export_models import export_torchvision
     cache = Path(os.environ.get("TV_MODEL_CACHE", tmp_path_factory.mktemp("tv")))
     built = {}
 

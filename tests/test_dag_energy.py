@@ -4,9 +4,9 @@ import pytest
 from onnx import helper
 
 from conftest import make_model, tensor
-from lib.dag import longest_path, stages, summary
-from lib.energy import amdahl, amdahl_multi
-from lib.graph import build_graph
+from lib.analysis.dag import longest_path, stages, summary
+from lib.analysis.energy import amdahl, amdahl_multi
+from lib.onnx.graph import build_graph
 
 
 def diamond():

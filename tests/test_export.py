@@ -98,17 +98,17 @@ def test_external_data_model_splits_and_validates(tmp_path):
 
 
 def test_diagram_backends(tmp_path, monkeypatch):
-    import lib.split_diagram
+    import lib.split.diagram
     from lib.errors import StageError
-    from lib.loading import graph_of
-    from lib.split_diagram import dot_source, render
+    from lib.onnx.loading import graph_of
+    from lib.split.diagram import dot_source, render
     g = graph_of(small_cnn(None))
     src = dot_source(g, 2, ["r1"], 1)
     assert "cluster_left" in src and "cluster_right" in src and 'label="r1"' in src and "color=\"red\"" in src
     files = render(g, 2, ["r1"], tmp_path / "mpl", 2, "matplotlib")
     assert {f.name for f in files} == {"split_context.dot", "split_context.png", "split_context.svg"}
     with monkeypatch.context() as m:       # a machine without Graphviz: auto draws with matplotlib, dot is refused
-        m.setattr(lib.split_diagram.shutil, "which", lambda name: None)
+        m.setattr(lib.split.diagram.shutil, "which", lambda name: None)
         files = render(g, 2, ["r1"], tmp_path / "auto", 1, "auto")
         assert {f.name for f in files} == {"split_context.dot", "split_context.png", "split_context.svg"}
         with pytest.raises(StageError, match="Graphviz `dot` is not installed"):

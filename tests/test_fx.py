@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_stage
-from lib.fx_partition import analyze
+from lib.fx.partition import analyze
 
 SHAPE = [1, 3, 8, 8]
 
@@ -31,7 +31,7 @@ def test_hand_made_costs_fusion_and_concurrency():
     hw = res["hardware"]
     assert set(hw["hardware"]) >= {"h100_sxm5", "tpu_v4", "hailo8", "kpu_t64", "desktop_i7_12700k", "host"}
     # utilization by hand: threads / (waves x units x lanes), waves = ceil(threads / (units x lanes))
-    from lib.hardware import load_profiles, map_subgraphs
+    from lib.fx.hardware import load_profiles, map_subgraphs
     prof = load_profiles()["h100_sxm5"]
     lanes = prof["compute_units"] * prof["lanes_per_unit"]
     sg = pd.DataFrame({"subgraph": [0, 1], "threads": [lanes // 2, lanes + 1], "flops": [1e6, 1e6],

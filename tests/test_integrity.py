@@ -251,7 +251,7 @@ def test_stage_03_keeps_02s_lines_as_they_are(tmp_path):
 def test_graph_arrays_names_survive_the_npz(tmp_path, names):
     """graph.npz keeps names as UTF-8 bytes + offsets; they load back as they were: empty, non-ASCII, and a
     name holding a line break (which the one-pass decoding splits on: then it decodes them one by one)."""
-    from lib.graph import GraphArrays
+    from lib.onnx.graph import GraphArrays
     z = np.zeros(len(names), dtype=np.int64)
     a = GraphArrays(names=np.array(names, dtype=object), t_names=np.array(names[::-1], dtype=object), t_prod=z,
                     t_nbytes=z.astype(float), t_const=z.astype(bool), t_output=z.astype(bool),

@@ -179,7 +179,7 @@ def nested_ifs(path, depth):
 def test_deeply_nested_ifs_finish(tmp_path):
     """ORT's symbolic inference re-infers each branch per level (exponential: 30 levels ran for minutes in the
     fuzzer): it is skipped past ORT_SYMBOLIC_MAX_NESTING levels; the rest of the chain still shapes the model."""
-    from lib import shapes
+    from lib.onnx import shapes
     path = nested_ifs(tmp_path / "m.onnx", 24)
     model = onnx.load(str(path))
     assert shapes._nesting_depth(model.graph) == 24 and shapes._ort_symbolic(model) is None
@@ -198,7 +198,7 @@ def test_external_reference_seen_in_the_light_bytes(tmp_path):
     """read_light skips the walk over every node's attributes only when the light bytes hold no
     data_location = EXTERNAL besides the tensors it stripped itself; an external weight is always seen, as is
     one in a Constant attribute."""
-    from lib.onnx_io import read_light
+    from lib.onnx.reader import read_light
     assert not read_light(relu_mul(tmp_path / "plain.onnx")).external_refs
     assert read_light(external_weight(tmp_path, "w.bin"), check_data=False).external_refs
     m = onnx.load(str(relu_mul(tmp_path / "c.onnx")))

@@ -5,9 +5,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from conftest import make_model, tensor, weight
-from lib.inputs import InputSpec, parse_shape_overrides, resolve_input_shapes
-from lib.loading import graph_of
-from lib.metrics import node_metrics
+from lib.onnx.inputs import InputSpec, parse_shape_overrides, resolve_input_shapes
+from lib.onnx.loading import graph_of
+from lib.onnx.metrics import node_metrics
 
 
 def metrics(nodes, inputs, outputs, inits=()):

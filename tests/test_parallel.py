@@ -12,10 +12,10 @@ import pytest
 
 from conftest import make_model, tensor, weight
 from lib import artifacts, parallel
-from lib.inputs import InputSpec
-from lib.graph import GraphArrays, constant_tensors
-from lib.loading import prepare, saving_graph
-from lib.metrics import node_metrics
+from lib.onnx.inputs import InputSpec
+from lib.onnx.graph import GraphArrays, constant_tensors
+from lib.onnx.loading import prepare, saving_graph
+from lib.onnx.metrics import node_metrics
 from test_integrity import batch_cnn
 
 needs_fork = pytest.mark.skipif(not parallel.available(), reason="needs fork and two cores")
@@ -190,7 +190,7 @@ def test_graph_onnx_is_tagged_as_parsing_would_tag_it(tmp_path, monkeypatch, min
     graph): the very bytes that parsing, replacing them and serializing give. Checked on the model 02 saves
     (serialized by the child, or a ModelProto in one process), and on one that has metadata of its own and
     fields numbered past 14 (functions), where the tag must go between them."""
-    from lib.onnx_io import with_metadata
+    from lib.onnx.reader import with_metadata
     an = _analysis(tmp_path, monkeypatch, min_items)
     with saving_graph(an, tmp_path / "r", "run7", set()):
         pass

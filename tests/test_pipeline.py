@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_stage, small_cnn
-from lib.graph import build_graph, load_model
+from lib.onnx.graph import build_graph, load_model
 
 STAGES = ["01_profile_onnx.py", "02_shapes_flops_bytes.py", "03_merge_profile_metrics.py",
           "04_critical_path.py", "05_energy_estimate.py", "06_plots.py"]

@@ -4,9 +4,9 @@ import onnx
 import pytest
 
 from conftest import small_cnn
-from lib.inputs import InputSpec, make_feeds
-from lib.loading import graph_of
-from lib.profiling import latency_table, profile_model
+from lib.onnx.inputs import InputSpec, make_feeds
+from lib.onnx.loading import graph_of
+from lib.latency.profiling import latency_table, profile_model
 
 
 @pytest.mark.parametrize("level", ["all", "disable"])
@@ -43,7 +43,7 @@ def test_random_inputs_follow_dtypes_and_seed():
 def test_kernels_inside_control_flow_are_counted_once_for_the_enclosing_node():
     """ORT names a body's kernels after the body nodes and runs them during the If/Loop kernel, whose own
     duration already includes them (synthetic trace: one warm-up run, one measured run)."""
-    from lib.profiling import kernel_times
+    from lib.latency.profiling import kernel_times
 
     def k(name, ts, dur, op, tid=1):
         return {"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur, "tid": tid, "args": {"op_name": op}}
@@ -76,7 +76,7 @@ def test_body_kernels_outside_their_node_map_by_name():
     """A kernel named after a body node that ran at top level (e.g. a branch ORT inlined) goes to the If."""
     from onnx import TensorProto, helper
     from conftest import make_model, tensor
-    from lib.profiling import attribute
+    from lib.latency.profiling import attribute
     then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"], name="then_relu")], "then", [],
                              [tensor("t", [1, 4])])
     other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="else_neg")], "else", [],

@@ -9,10 +9,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import make_model, run_stage, tensor
-from lib.graph import build_graph
-from lib.inputs import InputSpec
-from lib.loading import graph_of
-from lib.metrics import node_metrics
+from lib.onnx.graph import build_graph
+from lib.onnx.inputs import InputSpec
+from lib.onnx.loading import graph_of
+from lib.onnx.metrics import node_metrics
 
 
 def scalar(name, value, dtype=np.float32):

@@ -5,9 +5,9 @@ import pytest
 from onnx import helper
 
 from conftest import REPO
-from lib import op_costs
-from lib.fx_analysis import FX_TO_ONNX
-from lib.op_costs import REGISTRY, alias, markdown_table, op_class, register
+from lib.onnx import ops as op_costs
+from lib.fx.analysis import FX_TO_ONNX
+from lib.onnx.ops import REGISTRY, alias, markdown_table, op_class, register
 
 CLASSES = {"conv", "conv_depthwise", "conv_grouped", "gemm", "matmul", "recurrent", "pool", "norm", "activation",
            "elementwise", "softmax", "reduce", "quantize", "control_flow", "data_movement", "shape"}

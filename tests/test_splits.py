@@ -10,7 +10,7 @@ import pytest
 from onnx import helper, shape_inference
 
 from conftest import REPO, costs, make_model, run_stage, system_yaml, tensor, weight
-from lib.splits import device_factors, modelled_times, pareto_front, pareto_layers
+from lib.split.ranking import device_factors, modelled_times, pareto_front, pareto_layers
 
 
 def naive_comm(model_path):
@@ -264,7 +264,7 @@ def test_a_device_with_a_latency_model_uses_its_prediction(tmp_path):
     """Device A modelled by the calibrated latency model: all-on-A is 03's predicted session (same model, same
     host figures), and every boundary's t_dev_a_us is the prefix sum of t_pred_us."""
     import yaml
-    from lib.latency_model import load_latency_model
+    from lib.latency.latency_model import load_latency_model
     model = tmp_path / "skip.onnx"
     skip_model(model)
     lm = REPO / "configs" / "latency_model.yaml"

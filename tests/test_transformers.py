@@ -9,7 +9,7 @@ import pytest
 from onnx import numpy_helper
 
 from conftest import run_stage
-from lib.export_models import export_hf, export_torchvision
+from lib.onnx.export_models import export_hf, export_torchvision
 
 H, L, S = 256, 4, 128
 

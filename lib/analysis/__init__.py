@@ -1,0 +1,1 @@
+"""What stages 03-05 compute from the costs and the profile: roofline, critical path, energy."""

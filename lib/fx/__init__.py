@@ -1,0 +1,1 @@
+"""The PyTorch side (stage 09): FX characterization, fusion, concurrency and hardware mapping."""

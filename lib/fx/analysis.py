@@ -1,0 +1,208 @@
+"""Stage 09, part 1: trace a PyTorch model with torch.fx, propagate shapes, characterize every node.
+
+Matmul/conv-class FLOPs come from PyTorch's own counter (FlopCounterMode, 2 FLOPs per MAC) run on each node;
+elementwise, normalization, pooling and data-movement ops map onto lib/onnx/ops.py's registry (FX_TO_ONNX):
+the same op classes and per-element FLOPs as the ONNX side.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import warnings
+
+import pandas as pd
+
+from lib.errors import StageError
+from lib.onnx.ops import REGISTRY
+
+# FX node kinds (module types, functions, methods) -> the ONNX op of lib/onnx/ops.py's registry whose op class
+# and per-element FLOPs they share: one set of conventions for both sides
+FX_TO_ONNX = {
+    "BatchNorm1d": "BatchNormalization", "BatchNorm2d": "BatchNormalization", "BatchNorm3d": "BatchNormalization",
+    "LayerNorm": "LayerNormalization", "GroupNorm": "GroupNormalization", "InstanceNorm2d": "InstanceNormalization",
+    "ReLU": "Relu", "relu": "Relu", "ReLU6": "Clip", "relu6": "Clip", "Hardtanh": "Clip", "hardtanh": "Clip",
+    "SiLU": "Swish", "silu": "Swish", "Sigmoid": "Sigmoid", "sigmoid": "Sigmoid", "Hardsigmoid": "HardSigmoid",
+    "hardsigmoid": "HardSigmoid", "Hardswish": "HardSwish", "hardswish": "HardSwish", "GELU": "Gelu", "gelu": "Gelu",
+    "Tanh": "Tanh", "tanh": "Tanh", "LeakyReLU": "LeakyRelu", "ELU": "Elu", "Mish": "Mish",
+    "Softmax": "Softmax", "softmax": "Softmax", "log_softmax": "LogSoftmax",
+    "add": "Add", "iadd": "Add", "sub": "Sub", "mul": "Mul", "imul": "Mul", "truediv": "Div", "div": "Div",
+    "neg": "Neg", "exp": "Exp", "sqrt": "Sqrt", "pow": "Pow", "rsqrt": "Reciprocal",
+    "mean": "ReduceMean", "sum": "ReduceSum",
+    "MaxPool2d": "MaxPool", "AvgPool2d": "AveragePool", "MaxPool1d": "MaxPool", "AvgPool1d": "AveragePool",
+    "max_pool2d": "MaxPool", "avg_pool2d": "AveragePool", "AdaptiveAvgPool2d": "GlobalAveragePool",
+    "AdaptiveAvgPool1d": "GlobalAveragePool", "AdaptiveMaxPool2d": "GlobalMaxPool", "adaptive_avg_pool2d": "GlobalAveragePool",
+    "Flatten": "Flatten", "Identity": "Identity", "Dropout": "Dropout", "StochasticDepth": "Identity",
+    "flatten": "Flatten", "reshape": "Reshape", "view": "Reshape", "permute": "Transpose", "transpose": "Transpose",
+    "contiguous": "Identity", "cat": "Concat", "concat": "Concat", "stack": "Concat", "getitem": "Gather",
+    "unsqueeze": "Unsqueeze", "squeeze": "Squeeze", "expand": "Expand", "chunk": "Split", "split": "Split",
+    "stochastic_depth": "Identity", "dropout": "Dropout", "clone": "Identity", "to": "Cast", "type_as": "Cast",
+    "repeat": "Tile", "narrow": "Slice", "select": "Gather", "size": "Shape", "dim": "Shape", "getattr": "Shape",
+    "_assert": "Identity", "eq": "Equal", "floordiv": "Div", "floor_divide": "Div",
+}
+MAC_KINDS = {"Linear": "gemm", "linear": "gemm", "MultiheadAttention": "attention", "scaled_dot_product_attention":
+             "attention", "matmul": "matmul", "bmm": "matmul", "mm": "matmul", "einsum": "matmul", "baddbmm": "matmul",
+             "addmm": "matmul"}
+MAC_CLASSES = {"conv", "conv_depthwise", "conv_grouped", "gemm", "matmul", "attention", "recurrent"}
+
+
+def load_torch_model(spec: str):
+    """`resnet18` (any torchvision model) or `pkg.module:factory` -> an eval-mode nn.Module."""
+    import torch
+    if ":" in spec:
+        mod, _, fn = spec.partition(":")
+        try:
+            factory = getattr(importlib.import_module(mod), fn)
+        except (ImportError, AttributeError) as e:
+            raise StageError(f"cannot import {spec}: {e}") from None
+        model = factory()
+    else:
+        import torchvision
+        names = torchvision.models.list_models(module=torchvision.models)
+        if spec not in names:
+            raise StageError(f"unknown model '{spec}': give a torchvision model name (e.g. resnet18) or pkg.module:factory")
+        torch.manual_seed(0)
+        model = torchvision.models.get_model(spec, weights=None)
+    if not isinstance(model, torch.nn.Module):
+        raise StageError(f"{spec} did not return a torch.nn.Module")
+    return model.eval()
+
+
+def trace(model):
+    """torch.fx.symbolic_trace; on failure, retry with every non-torch.nn submodule as a leaf (say so)."""
+    import torch.fx
+    try:
+        return torch.fx.symbolic_trace(model), "symbolic_trace"
+    except Exception as e:  # noqa: BLE001 - fx raises many types for untraceable Python
+        first = " ".join(str(e).split())[:200]
+
+    class LeafCustom(torch.fx.Tracer):
+        def is_leaf_module(self, m, qualname):
+            return super().is_leaf_module(m, qualname) or not type(m).__module__.startswith("torch.nn")
+
+    try:
+        graph = LeafCustom().trace(model)
+        warnings.warn(f"symbolic tracing failed ({first}); traced again with custom submodules as leaves")
+        return torch.fx.GraphModule(model, graph), "leaf-custom-modules"
+    except Exception as e:  # noqa: BLE001
+        raise StageError(f"torch.fx cannot trace this model ({first}); the fallback failed too: "
+                         f"{' '.join(str(e).split())[:200]}") from None
+
+
+def _kind(node, modules) -> str:
+    if node.op == "call_module":
+        return type(modules[node.target]).__name__
+    if node.op == "call_function":
+        return getattr(node.target, "__name__", str(node.target))
+    if node.op == "call_method":
+        return str(node.target)
+    return node.op
+
+
+def _tensors(value):
+    import torch
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _nbytes(ts) -> int:
+    return int(sum(t.numel() * t.element_size() for t in ts))
+
+
+def op_class(kind: str, module) -> str:
+    """The registry's op class of the ONNX op an FX node corresponds to (conv classes from the module)."""
+    import torch
+    if isinstance(module, torch.nn.modules.conv._ConvNd):
+        if module.groups > 1 and module.groups == module.in_channels:
+            return "conv_depthwise"
+        return "conv_grouped" if module.groups > 1 else "conv"
+    if isinstance(module, torch.nn.RNNBase):
+        return "recurrent"
+    if kind in MAC_KINDS:
+        return MAC_KINDS[kind]
+    op = REGISTRY.get(FX_TO_ONNX.get(kind, ""))
+    if op is None or callable(op.op_class):
+        return "other"
+    return op.op_class
+
+
+def fx_cost(kind: str, module, args, numel_in: int, numel_out: int) -> tuple[float, bool]:
+    """FLOPs of a non-MAC FX node by the registry's conventions: per-element ops x output elements, window
+    pools x the window, global pools and reductions by their inputs (and outputs)."""
+    key = FX_TO_ONNX.get(kind)
+    op = REGISTRY.get(key or "")
+    if op is None:
+        return float("nan"), False
+    if key in ("MaxPool", "AveragePool"):
+        k = module.kernel_size if module is not None else args[1]
+        rank = 1 if kind.endswith("1d") else 2        # an int kernel_size is k per spatial dim
+        return float(numel_out * (math.prod(k) if isinstance(k, (tuple, list)) else k ** rank)), True
+    if key in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean"):
+        return float(numel_in + numel_out), True
+    if key == "ReduceSum":
+        return float(numel_in), True
+    return float(op.per_element * numel_out), op.per_element is not None
+
+
+def characterize(gm, example) -> pd.DataFrame:
+    """Run the traced model once, node by node, and record each node's costs and shapes."""
+    import torch
+    from torch.fx import Interpreter
+    from torch.utils.flop_counter import FlopCounterMode
+
+    modules = dict(gm.named_modules())
+    rows: list[dict] = []
+
+    class Recorder(Interpreter):
+        def run_node(self, n):
+            with FlopCounterMode(display=False) as fc:
+                out = super().run_node(n)
+            if n.op in ("placeholder", "output"):
+                return out
+            outs = _tensors(out)
+            ins = [t for a in n.all_input_nodes for t in _tensors(self.env.get(a))]
+            weights = [t for a in n.all_input_nodes if a.op == "get_attr" for t in _tensors(self.env.get(a))]
+            module = modules.get(n.target) if n.op == "call_module" else None
+            if module is not None:
+                weights += list(module.parameters()) + [b for b in module.buffers()]
+            acts = [t for t in ins if not any(t is w for w in weights)]
+            kind = _kind(n, modules)
+            cls = op_class(kind, module)
+            counted = fc.get_total_flops()
+            numel_out = sum(t.numel() for t in outs)
+            numel_in = sum(t.numel() for t in acts)
+            if n.op == "get_attr" or not outs:
+                flops, macs, known, cls = 0.0, 0.0, True, "shape" if not outs else "weight"
+            elif counted or cls in MAC_CLASSES:
+                flops, macs, known = float(counted), float(counted) / 2, True
+            else:
+                flops, known = fx_cost(kind, module, n.args, numel_in, numel_out)
+                macs = 0.0 if known else float("nan")
+            shape = list(outs[0].shape) if outs else []
+            rows.append({
+                "node": n.name, "op": n.op, "kind": kind, "op_class": cls, "flops": flops, "macs": macs,
+                "cost_known": known, "in_bytes": _nbytes(acts), "out_bytes": _nbytes(outs),
+                "weight_bytes": _nbytes(weights), "out_shape": "x".join(map(str, shape)),
+                "dtype": str(outs[0].dtype).replace("torch.", "") if outs else "",
+                "threads": numel_out, "batch_par": shape[0] if len(shape) >= 1 else 1,
+                "channel_par": (shape[1] if len(shape) == 4 else shape[-1]) if len(shape) >= 2 else 1,
+                "spatial_par": math.prod(shape[2:]) if len(shape) == 4 else (shape[1] if len(shape) == 3 else 1),
+                "depthwise": cls == "conv_depthwise",
+                "inputs": ";".join(a.name for a in n.all_input_nodes if a.op != "get_attr"),
+                "users": len(n.users),
+            })
+            return out
+
+    fast = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)   # else FlopCounterMode misses nn.MultiheadAttention
+    try:
+        with torch.no_grad():
+            Recorder(gm).run(example)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast)
+    df = pd.DataFrame(rows)
+    nb = df["in_bytes"] + df["out_bytes"] + df["weight_bytes"]
+    df["ai_flop_per_byte"] = df["flops"] / nb.where(nb > 0)
+    return df

@@ -1,0 +1,398 @@
+"""ONNX Runtime profiling, and attribution of every executed kernel's time back to the original ONNX nodes.
+
+ORT rewrites the graph before running it (at its default level: constant folding, Conv+BN/activation/Add
+fusion, NCHWc layout with Reorder nodes...). Kernel events name *optimized* nodes, so we also save ORT's
+optimized graph and map each optimized node onto original nodes:
+1. its original output tensor: an output whose name exists in the original graph, else the longest
+   prefix of its node name that is an original tensor or node name (ORT names fused nodes
+   "<original>_<suffix>", e.g. "relu_nchwc");
+2. the original nodes it *covers*: walking back from that tensor through the original graph until a tensor
+   that some kernel materializes (or a weight/graph input). Its anchor is the covered node doing the most
+   work (MACs, then FLOPs); the others are recorded as fused into it and get 0 us of their own;
+3. kernels with no original tensor (layout Reorder*, inserted casts/copies) take the anchor of a neighbour
+   they feed or are fed by.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pandas as pd
+
+from lib.errors import StageError
+from lib.onnx.graph import CONTROL_FLOW, Graph
+from lib.onnx.reader import attribute_subgraphs
+from lib.onnx.ops import is_mac_op, node_cost, op_key
+
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
+             "tensorrt": "TensorrtExecutionProvider", "dml": "DmlExecutionProvider",
+             "openvino": "OpenVINOExecutionProvider", "coreml": "CoreMLExecutionProvider"}
+OPT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+              "layout": "ORT_ENABLE_LAYOUT", "all": "ORT_ENABLE_ALL"}
+
+
+def _session(model_path: str, provider: str, threads: int, opt_level: str, profile_prefix: str,
+             optimized_path: str):
+    import onnxruntime as ort
+    ort.set_default_logger_severity(4)   # ORT's own log lines would break the one-line error contract
+    if provider not in PROVIDERS:
+        raise StageError(f"unknown --provider {provider}: choose from {', '.join(PROVIDERS)}")
+    ep = PROVIDERS[provider]
+    if ep not in ort.get_available_providers():
+        raise StageError(f"provider {provider} ({ep}) is not available in this onnxruntime build "
+                         f"(available: {', '.join(ort.get_available_providers())})")
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = profile_prefix
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPT_LEVELS[opt_level])
+    so.optimized_model_filepath = optimized_path
+    so.log_severity_level = 4   # fatal only: a failed load must print our one line, not ORT's log
+    if threads:
+        so.intra_op_num_threads = threads
+    try:
+        return ort.InferenceSession(model_path, so, providers=[ep])
+    except Exception as e:  # noqa: BLE001 - ORT raises its own Fail/InvalidGraph/NotImplemented types
+        msg = " ".join(str(e).split())
+        raise StageError(f"ONNX Runtime cannot load the model: {msg[:400]}") from None
+
+
+def profile_model(model_path: str, feeds: dict[str, np.ndarray], *, provider="cpu", runs=10, warmup=3,
+                  threads=0, opt_level="all", progress=True, keep_dir: Path | None = None) -> dict:
+    """Run the model `warmup + runs` times with ORT's profiler; return raw kernel events per measured run.
+    keep_dir: where ORT's own trace (Chrome trace JSON) and optimized model are kept for the user."""
+    with tempfile.TemporaryDirectory(prefix="ortprof_") as tmp:
+        opt_path = os.path.join(tmp, "optimized.onnx")
+        sess = _session(model_path, provider, threads, opt_level, os.path.join(tmp, "prof"), opt_path)
+        wall = []
+        try:
+            for r in range(warmup + runs):
+                t0 = time.perf_counter()
+                sess.run(None, feeds)
+                dt = (time.perf_counter() - t0) * 1e6
+                if r >= warmup:
+                    wall.append(dt)
+                if progress:
+                    print(f"\r  run {r + 1}/{warmup + runs}{' (warm-up)' if r < warmup else ''}",
+                          end="", file=sys.stderr, flush=True)
+        except Exception as e:  # noqa: BLE001
+            raise StageError(f"ONNX Runtime failed while running the model: {' '.join(str(e).split())[:400]}") from None
+        finally:
+            if progress:
+                print(file=sys.stderr)
+            prof_file = sess.end_profiling()
+        events = json.loads(Path(prof_file).read_text())
+        optimized = onnx.load(opt_path, load_external_data=False) if os.path.exists(opt_path) else None
+        if keep_dir is not None:
+            _keep(Path(prof_file), Path(opt_path), Path(keep_dir))
+    per_run, inside = kernel_times(events, warmup)
+    return {"per_run": per_run, "wall_us": wall, "optimized": optimized, "inside": inside,
+            "kernel_ops": {e["name"][: -len("_kernel_time")]: e.get("args", {}).get("op_name", "")
+                           for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")}}
+
+
+def kernel_times(events: list[dict], warmup: int) -> tuple[list[dict[str, float]], dict]:
+    """Kernel time per measured run (us per kernel name) from ORT's profiler events.
+
+    A kernel that runs inside an If/Loop/Scan body appears under the body node's name, during the enclosing
+    control-flow kernel (same thread), whose own duration already includes it: it is not counted again, and
+    {"of": {body kernel: enclosing top-level kernel}, "us": [per run: {enclosing kernel: time of its body
+    kernels}]} says which top-level kernel ran it (a nested If inside a body counts for the outermost)."""
+    runs_ev = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
+                     key=lambda e: e["ts"])
+    windows = [(e["ts"], e["ts"] + e["dur"]) for e in runs_ev][warmup:]
+    kernels = sorted((e for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")),
+                     key=lambda e: (e["ts"], -e["dur"]))
+    per_run: list[dict[str, float]] = [defaultdict(float) for _ in windows]
+    inside_us: list[dict[str, float]] = [defaultdict(float) for _ in windows]
+    of: dict[str, str] = {}
+    starts = np.array([w[0] for w in windows])
+    open_cf: dict = {}                      # thread -> (end, name) of the outermost control-flow kernel running
+    for e in kernels:
+        k = int(np.searchsorted(starts, e["ts"], side="right")) - 1
+        if not (0 <= k < len(windows) and e["ts"] <= windows[k][1]):
+            continue
+        name, tid = e["name"][: -len("_kernel_time")], e.get("tid")
+        cur = open_cf.get(tid)
+        if cur is not None and e["ts"] < cur[0]:
+            of[name] = cur[1]
+            inside_us[k][cur[1]] += float(e["dur"])
+            continue
+        per_run[k][name] += float(e["dur"])
+        if e.get("args", {}).get("op_name") in CONTROL_FLOW:
+            open_cf[tid] = (e["ts"] + e["dur"], name)
+    return [dict(d) for d in per_run], {"of": of, "us": [dict(d) for d in inside_us]}
+
+
+def _keep(trace: Path, optimized: Path, dest: Path) -> None:
+    """ORT's trace, and its optimized graph with the weights' bytes stripped (lib/onnx/reader.py): the graph is what
+    checking the kernel-to-node mapping needs, and a copy of every weight would double the results' size."""
+    from lib.artifacts import atomic_path
+    from lib.onnx.reader import read_light, strip_external_references
+    with atomic_path(dest / "ort_trace.json") as tmp:
+        shutil.copyfile(trace, tmp)
+    if optimized.exists():
+        with atomic_path(dest / "ort_optimized.onnx") as tmp:
+            graph = read_light(optimized, check_data=False).model
+            strip_external_references(graph)
+            tmp.write_bytes(graph.SerializeToString())
+
+
+LAYOUT_KERNELS = {"ReorderInput", "ReorderOutput", "MemcpyFromHost", "MemcpyToHost"}
+
+
+def _original_tensor(name: str, outputs: list[str], g: Graph, node_index: dict[str, int]) -> tuple[str | None, bool]:
+    """(original tensor a kernel produces, whether it was found exactly by output name)."""
+    for o in outputs:
+        if o in g.producer:
+            return o, True
+    # ORT names a fusion's node "<original node>/<FusionName>/" (node_silu_1/QuickGeluFusion/)
+    head = name.split("/")[0]
+    if head != name and head in node_index and g.nodes[node_index[head]].output:
+        return g.nodes[node_index[head]].output[0], False
+    parts = name.split("_")
+    for k in range(len(parts) - 1, 0, -1):
+        cand = "_".join(parts[:k])
+        if cand in g.producer:
+            return cand, False
+        if cand in node_index and g.nodes[node_index[cand]].output:
+            return g.nodes[node_index[cand]].output[0], False
+    return None, False
+
+
+def _work(node, g: Graph) -> tuple[float, float]:
+    c = node_cost(node, g)
+    return (0.0, 0.0) if c is None else (c[1], c[0])
+
+
+class _Attribution:
+    """The state of one mapping of kernels onto original node positions (see attribute())."""
+
+    def __init__(self, g: Graph, optimized: onnx.ModelProto | None, kernel_names: list[str]):
+        self.g, self.kernels = g, kernel_names
+        self.node_index = {n: i for i, n in enumerate(g.names)}
+        self.opt_nodes = {n.name: n for n in optimized.graph.node} if optimized is not None else {}
+        self.opt_order = {n.name: i for i, n in enumerate(optimized.graph.node)} if optimized is not None else {}
+        self.tensor_of: dict[str, str | None] = {}
+        self.exact: dict[str, bool] = {}
+        for k in kernel_names:
+            n = self.opt_nodes.get(k)
+            if k in self.node_index and (n is None or n.op_type == g.nodes[self.node_index[k]].op_type):
+                self.tensor_of[k] = next((o for o in g.nodes[self.node_index[k]].output if o), None)
+                self.exact[k] = True
+            else:
+                self.tensor_of[k], self.exact[k] = _original_tensor(k, list(n.output) if n is not None else [], g,
+                                                                    self.node_index)
+        self.owner: dict[int, str] = {}          # original node position -> kernel that ran it
+        self.anchor: dict[str, int | None] = {k: None for k in kernel_names}
+        self.fused_into: dict[int, int] = {}
+
+    def cover(self, k: str, group: list[int]) -> None:
+        best = max(group, key=lambda p: (_work(self.g.nodes[p], self.g), -p))
+        self.anchor[k] = best
+        for pos in group:
+            self.owner[pos] = k
+            if pos != best:
+                self.fused_into[pos] = best
+
+    def computing(self) -> None:
+        """Kernels with an original tensor: exactly named ones first (their walk back is precise), then
+        name-derived ones; each covers the nodes back to a tensor another kernel materializes."""
+        g, opt = self.g, self.opt_nodes
+        materialized = {t for t in self.tensor_of.values() if t}
+        stop = set(g.initializers) | set(g.graph_inputs)
+        todo = [k for k in self.kernels if self.tensor_of[k] and (k not in opt or opt[k].op_type not in LAYOUT_KERNELS)]
+        for k in sorted(todo, key=lambda k: not self.exact[k]):
+            start = g.producer[self.tensor_of[k]]
+            if start in self.owner:            # a second kernel for the same tensor: share its anchor
+                self.anchor[k] = self.anchor[self.owner[start]]
+                continue
+            group, stack = [], [start]
+            while stack:
+                pos = stack.pop()
+                if pos in self.owner or pos in group:
+                    continue
+                group.append(pos)
+                # a name-derived kernel is one heavy op plus its epilogue: never walk back past the heavy op
+                if not self.exact[k] and is_mac_op(g.nodes[pos]):
+                    continue
+                for inp in g.nodes[pos].input:
+                    if inp and inp not in stop and inp not in materialized and inp in g.producer:
+                        stack.append(g.producer[inp])
+            self.cover(k, group)
+
+    def epilogues(self) -> None:
+        """Relu/Add/BN fused after a kernel whose name gave only its first tensor: forward fill; the kernel that
+        ran last among the producers is the one that consumed the others (Conv+Sum)."""
+        g = self.g
+        for pos in range(len(g.nodes)):
+            if pos in self.owner:
+                continue
+            preds = [p for p in g.preds(pos) if p in self.owner]
+            if preds:
+                k = max((self.owner[p] for p in preds),
+                        key=lambda kk: (self.opt_order.get(kk, -1), g.producer[self.tensor_of[kk]]))
+                self.owner[pos] = k
+                self.fused_into[pos] = self.anchor[k]
+
+    def neighbours(self, optimized: onnx.ModelProto) -> None:
+        """Kernels with no original tensor of their own (layout Reorder*, copies): a neighbour's anchor,
+        producers first (a ReorderOutput converts what its producer computed), then consumers."""
+        prod = {o: n.name for n in optimized.graph.node for o in n.output}
+        cons = defaultdict(list)
+        for n in optimized.graph.node:
+            for i in n.input:
+                cons[i].append(n.name)
+        for _ in range(len(self.kernels)):
+            changed = False
+            for k in self.kernels:
+                if self.anchor.get(k) is not None or k not in self.opt_nodes:
+                    continue
+                n = self.opt_nodes[k]
+                near = [prod[i] for i in n.input if i in prod] + [c for o in n.output for c in cons.get(o, ())]
+                got = next((self.anchor[m] for m in near if self.anchor.get(m) is not None), None)
+                if got is not None:
+                    self.anchor[k], changed = got, True
+            if not changed:
+                break
+
+    def bodies(self) -> None:
+        """Kernels still unmapped whose name is a node of an If/Loop/Scan body (ORT ran it outside the
+        control-flow kernel, e.g. a branch it inlined): the enclosing top-level node."""
+        owners = body_nodes(self.g)
+        for k in self.kernels:
+            if self.anchor.get(k) is None:
+                pos = next((owners[c] for c in _name_candidates(k) if c in owners), None)
+                if pos is not None:
+                    self.anchor[k] = pos
+
+
+def body_nodes(g: Graph) -> dict[str, int]:
+    """Every node name inside a control-flow node's bodies (nested bodies too) -> the top-level position."""
+    out: dict[str, int] = {}
+
+    def walk(graph: onnx.GraphProto, pos: int) -> None:
+        for n in graph.node:
+            if n.name:
+                out.setdefault(n.name, pos)
+            for a in n.attribute:
+                for sub in attribute_subgraphs(a):
+                    walk(sub, pos)
+    for pos, n in enumerate(g.nodes):
+        if n.op_type in CONTROL_FLOW:
+            for a in n.attribute:
+                for sub in attribute_subgraphs(a):
+                    walk(sub, pos)
+    return out
+
+
+def _name_candidates(k: str) -> list[str]:
+    """A kernel's name, without ORT's 'fused ' prefix and '/<Fusion>' suffix, and its '_'-prefixes."""
+    base = k[len("fused "):] if k.startswith("fused ") else k
+    base = base.split("/")[0] if "/" in base and base.rsplit("/", 1)[-1].endswith("Fusion") else base
+    parts = base.split("_")
+    return [k, base] + ["_".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+
+
+def attribute(g: Graph, optimized: onnx.ModelProto | None, kernel_names: list[str]) -> dict:
+    """Map optimized-graph kernels onto original node positions (see the module docstring).
+
+    Returns {"anchor": {kernel: pos or None}, "fused_into": {pos: anchor pos}}.
+    """
+    att = _Attribution(g, optimized, kernel_names)
+    att.computing()
+    att.epilogues()
+    att.bodies()
+    if optimized is not None:
+        att.neighbours(optimized)
+    return {"anchor": att.anchor, "fused_into": att.fused_into}
+
+
+def latency_table(g: Graph, prof: dict) -> tuple[pd.DataFrame, dict]:
+    """ops_latency rows (one per original node) and the attribution summary."""
+    per_run = prof["per_run"]
+    kernels = sorted({k for run in per_run for k in run})
+    att = attribute(g, prof["optimized"], kernels)
+    n_nodes, n_runs = len(g.nodes), len(per_run)
+    times = np.zeros((n_runs, n_nodes))
+    attributed = np.zeros(n_runs)
+    total = np.zeros(n_runs)
+    unattributed: dict[str, float] = defaultdict(float)
+    kernels_of = defaultdict(list)
+    for k in kernels:
+        a = att["anchor"].get(k)
+        if a is not None:
+            kernels_of[a].append(k)
+    for r, run in enumerate(per_run):
+        for k, us in run.items():
+            total[r] += us
+            a = att["anchor"].get(k)
+            if a is None:
+                unattributed[k] += us / max(n_runs, 1)
+            else:
+                times[r, a] += us
+                attributed[r] += us
+    med = np.median(times, axis=0) if n_runs else np.full(n_nodes, np.nan)
+    p10 = np.percentile(times, 10, axis=0) if n_runs else med
+    p90 = np.percentile(times, 90, axis=0) if n_runs else med
+    rows = []
+    for pos in range(n_nodes):
+        if kernels_of.get(pos):
+            how = "kernel"
+        elif pos in att["fused_into"]:
+            how = "fused"
+        else:
+            how = "not_run"  # constant-folded or removed by ORT (Identity, Dropout, shape arithmetic)
+        rows.append({
+            "node": g.names[pos], "op_type": op_key(g.nodes[pos]),
+            "latency_us": float(med[pos]), "p10_us": float(p10[pos]), "p90_us": float(p90[pos]), "runs": n_runs,
+            "attribution": how,
+            "fused_into": g.names[att["fused_into"][pos]] if pos in att["fused_into"] else "",
+            "ort_kernels": ";".join(kernels_of.get(pos, [])),
+        })
+    cov = float(attributed.sum() / total.sum()) if total.sum() > 0 else float("nan")
+    summary = {
+        "kernel_time_coverage": cov,
+        "kernel_time_per_run_us": {"median": float(np.median(total)) if n_runs else None},
+        "kernels": len(kernels),
+        "unattributed_kernels_us": dict(sorted(unattributed.items(), key=lambda kv: -kv[1])),
+        "nodes_with_kernel": int(sum(1 for r in rows if r["attribution"] == "kernel")),
+        "nodes_fused": int(sum(1 for r in rows if r["attribution"] == "fused")),
+        "nodes_not_run": int(sum(1 for r in rows if r["attribution"] == "not_run")),
+        "inside_control_flow": _inside(g, att["anchor"], prof.get("inside")),
+    }
+    return pd.DataFrame(rows), summary
+
+
+def _inside(g: Graph, anchor: dict, inside: dict | None) -> dict:
+    """Per control-flow node: the kernels ORT ran inside its bodies and their median time per run (already
+    part of the node's own kernel time, never counted twice)."""
+    if not inside or not inside.get("of"):
+        return {}
+    out: dict[str, dict] = {}
+    for body_kernel, container in sorted(inside["of"].items()):
+        pos = anchor.get(container)
+        node = g.names[pos] if pos is not None else container
+        out.setdefault(node, {"kernels": [], "container_kernels": set()})
+        out[node]["kernels"].append(body_kernel)
+        out[node]["container_kernels"].add(container)
+    for node, d in out.items():
+        per_run = [sum(r.get(c, 0.0) for c in d["container_kernels"]) for r in inside["us"]]
+        d["median_us"] = float(np.median(per_run)) if per_run else 0.0
+        d["container_kernels"] = sorted(d["container_kernels"])
+    return out
+
+
+def percentiles(values: list[float]) -> dict:
+    if not values:
+        return {}
+    a = np.asarray(values)
+    return {"median_us": float(np.median(a)), "mean_us": float(a.mean()), "p10_us": float(np.percentile(a, 10)),
+            "p90_us": float(np.percentile(a, 90)), "min_us": float(a.min()), "runs": int(len(a))}

@@ -1,0 +1,349 @@
+"""Batch sweep: measured and predicted latency, throughput and arithmetic intensity per batch size.
+
+    python -m lib.latency.sweep --model models/resnet50_dyn.onnx --batches 1 2 4 8 16 [--runs 10]
+    python -m lib.latency.sweep --model models/bert.onnx --preset llm-128 --batches 1 2 4 8 16
+    python -m lib.latency.sweep --model models/bert.onnx --shape-override 'input_ids=Bx128 attention_mask=Bx128' --batches 1 4
+
+For each batch B it runs stage 02 and stage 01 as subprocesses with the batch fixed (`--shape-override`,
+dim 0 of every graph input set to B unless you give the overrides yourself with a literal `B`), each into a
+temporary results folder (results/<stem>/ stays as it is), predicts the latency from 02's costs with the
+calibrated latency model (configs/latency_model.yaml; fused nodes from 01's attribution), and writes
+results/<stem>/sweep.csv and results/<stem>/plots/sweep.png. A model exported with a fixed batch dim cannot
+be swept (its graph bakes batch 1 into Reshape constants): re-export it with
+`python -m lib.onnx.export_models NAME PATH --dynamic-batch`.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lib.errors import StageError
+
+SWEEP_COLUMNS = ["batch", "rounds", "measured_us", "measured_mean_us", "measured_p10_us", "kernel_us", "predicted_us",
+                 "predicted_kernel_us", "err_pct", "err_mean_pct", "uncontended_us", "cpu_share", "err_uncontended_pct", "throughput_per_s", "throughput_pred_per_s", "flops", "bytes", "weight_bytes",
+                 "ai_flop_per_byte", "nodes_run", "input_shapes"]
+
+
+# ------------------------------------------------------------------ running stages 02 and 01
+
+def run_stages(model: str | Path, rdir: str | Path, shape_args: list[str], runs: int = 10,
+               threads: int = 0, profile: bool = True, costs: bool = True) -> None:
+    """Stage 02 (unless costs=False: already there) then stage 01 (the scripts themselves, as subprocesses)
+    into `rdir`."""
+    from lib.artifacts import REPO
+    py = sys.executable
+    steps = [["02_shapes_flops_bytes.py"]] if costs else []
+    if profile:
+        steps.append(["01_profile_onnx.py", "--runs", str(runs)] + (["--threads", str(threads)] if threads else []))
+    for step in steps:
+        cmd = [py, str(REPO / step[0]), "--model", str(model), "--results", str(rdir), *step[1:], *shape_args]
+        r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        if r.returncode != 0:
+            last = (r.stderr.strip() or r.stdout.strip() or "no output").splitlines()[-1]
+            raise StageError(f"{step[0]} failed on {model} ({' '.join(shape_args)}): {last}")
+
+
+def measure_uncontended(model_path, overrides: list[str] | None = None, workload=None, preset: str | None = None,
+                        runs: int = 10, threads: int = 0) -> dict:
+    """The model run as stage 01 runs it (same session options, same feeds) with the calling thread's CPU time
+    recorded per run (lib.latency.microbench.profile_runs): on a machine shared with other work, the CPU time is what
+    a run takes with the cores to itself, the wall time what it took. Returns medians (us) and the share."""
+    from lib.latency.microbench import _graph_and_feeds_of_path, node_times, profile_runs
+    g, feeds = _graph_and_feeds_of_path(model_path, overrides, workload, preset)
+    prof = profile_runs(str(model_path), feeds, threads=threads, warmup=3, min_runs=runs, max_runs=runs, target_s=0.0)
+    lat = node_times(g, prof, drop_layout=False, scale_all=True)
+    wall, cpu = np.asarray(prof["wall_us"]), np.asarray(prof["cpu_us"])
+    return {"wall_us": float(np.median(wall)), "cpu_us": float(np.median(cpu)),
+            "share": float(np.median(np.clip(cpu / wall, 0, 1))), "kernel_cpu_us": float(lat["cpu_us"].sum()),
+            "per_node": lat}
+
+
+def load_tables(rdir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict | None]:
+    from lib.artifacts import read_csv
+    rdir = Path(rdir)
+    metrics = read_csv(rdir, "ops_metrics.csv", ("node", "op_type", "flops"))
+    lat = read_csv(rdir, "ops_latency.csv", ("node", "latency_us", "attribution")) \
+        if (rdir / "ops_latency.csv").exists() else None
+    meta = json.loads((rdir / "profile_meta.json").read_text()) if (rdir / "profile_meta.json").exists() else None
+    return metrics, lat, meta
+
+
+def fused_mask(metrics: pd.DataFrame, lat: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(nodes that run no kernel of their own in stage 01's attribution: fused into an anchor, or removed;
+    the anchor each fused node runs inside, '' for the others), in ops_metrics.csv's row order."""
+    m = metrics[["node"]].merge(lat[["node", "attribution", "fused_into"]], on="node", how="left")
+    return m["attribution"].isin(["fused", "not_run"]).to_numpy(), m["fused_into"].fillna("").astype(str).to_numpy()
+
+
+def measured(meta: dict) -> dict:
+    """What stage 01 measured (its profile_meta.json): session latency median, mean and p10, kernel time per
+    run, coverage, input shapes (us)."""
+    s = meta.get("session_latency", {})
+    ident = (meta.get("identity") or {}).get("inputs") or {}
+    return {"measured_us": float(s.get("median_us", np.nan)), "measured_mean_us": float(s.get("mean_us", np.nan)),
+            "measured_p10_us": float(s.get("p10_us", np.nan)),
+            "kernel_us": float((meta.get("kernel_time_per_run_us") or {}).get("median") or np.nan),
+            "coverage": float(meta.get("kernel_time_coverage", np.nan)),
+            "input_shapes": ident.get("input_shapes") or meta.get("inputs", {})}
+
+
+def compare(rdir: str | Path, model, peaks, bw: float, roles_ort: pd.DataFrame | None = None) -> dict:
+    """Predicted vs measured totals for one stage 01 + 02 result folder."""
+    metrics, lat, meta = load_tables(rdir)
+    out: dict = {}
+    flops = metrics["flops"].astype(float)
+    from lib.latency.latency_model import traffic_bytes
+    from lib.analysis.roofline import node_bytes
+    tb, _ = traffic_bytes(metrics)
+    allb = node_bytes(metrics)      # NaN where unknown; the total counts them 0 (lib/analysis/roofline.py policy)
+    out["flops"] = float(np.nansum(flops))
+    out["bytes"] = float(np.nansum(allb))
+    out["weight_bytes"] = float(metrics["weight_bytes"].astype(float).sum())
+    out["ai_flop_per_byte"] = out["flops"] / out["bytes"] if out["bytes"] > 0 else float("nan")
+    if lat is not None:
+        fz, into = fused_mask(metrics, lat)
+        det = model.predict_detail(metrics, peaks, bw, fz, into, include_dispatch=False)
+        kern = det["t_pred_us"].to_numpy()
+        n_run = int((~fz).sum())
+        out["nodes_run"] = n_run
+        out["predicted_kernel_us"] = float(kern.sum())
+        out["predicted_us"] = float(kern.sum() + n_run * model.dispatch.get("per_kernel_us", 0.0)
+                                    + model.dispatch.get("fixed_us", 0.0))
+        merged = metrics.merge(lat[["node", "latency_us", "attribution", "fused_into"]], on="node", how="left")
+        merged["t_pred_us"] = kern
+        merged["key"] = det["key"].to_numpy()
+        out["per_node"] = merged
+    if roles_ort is not None:
+        fz2, into2 = fused_mask(metrics, roles_ort)
+        k2 = model.predict(metrics, peaks, bw, fz2, into2, include_dispatch=False)
+        n2 = int((~fz2).sum())
+        out["predicted_kernel_ort_us"] = float(k2.sum())
+        out["predicted_ort_us"] = float(k2.sum() + n2 * model.dispatch.get("per_kernel_us", 0.0)
+                                        + model.dispatch.get("fixed_us", 0.0))
+    if meta is not None:
+        out.update(measured(meta))
+    # the plain roofline, for reference (nodes that run; unknown costs count 0)
+    from lib.latency.latency_model import peak_per_row
+    pk = peak_per_row(metrics, peaks)
+    roof = np.maximum(np.nan_to_num(flops.to_numpy()) / pk, np.nan_to_num(allb.to_numpy()) / bw) * 1e6
+    if lat is not None:
+        roof = np.where(fused_mask(metrics, lat)[0], 0.0, roof)
+    out["roofline_us"] = float(roof.sum())
+    return out
+
+
+# ------------------------------------------------------------------ the sweep
+
+def batch_overrides(model_path: str | Path, batch: int, user: list[str], workload: str | None,
+                    preset: str | None) -> list[str]:
+    """--shape-override tokens for one batch: the user's with 'B' replaced, else dim 0 of every input = B.
+    A fixed (non-symbolic) batch dim that differs from B is refused with one clear line."""
+    from lib.onnx.graph import load_model, real_inputs
+    from lib.latency.microbench import _input_shapes
+    if user:
+        toks = " ".join(user).replace(",", " ").split()
+        return [" ".join(t.split("=", 1)[0] + "=" + t.split("=", 1)[1].replace("B", str(batch)) for t in toks)]
+    model = load_model(model_path)
+    shapes = _input_shapes(model, workload, preset)
+    fixed = []
+    toks = []
+    for inp in real_inputs(model):
+        dims = list(shapes[inp.name])
+        d0 = inp.type.tensor_type.shape.dim[0] if inp.type.tensor_type.shape.dim else None
+        if d0 is not None and d0.HasField("dim_value") and d0.dim_value > 0 and d0.dim_value != batch:
+            fixed.append(f"{inp.name}[0]={d0.dim_value}")
+        if dims:
+            dims[0] = batch
+        toks.append(f"{inp.name}={'x'.join(map(str, dims))}")
+    if fixed:
+        raise StageError(f"{model_path} has a FIXED batch dimension ({', '.join(fixed)}): it cannot run at batch "
+                         f"{batch}. Re-export it with a symbolic batch: python -m lib.onnx.export_models NAME "
+                         f"{model_path} --dynamic-batch")
+    return [" ".join(toks)]
+
+
+def fixed_batch(model_path: str | Path) -> dict[str, int]:
+    """Graph inputs whose dim 0 is a fixed number (empty when every batch dim is symbolic)."""
+    from lib.onnx.graph import load_model, real_inputs
+    out = {}
+    for inp in real_inputs(load_model(model_path)):
+        dims = inp.type.tensor_type.shape.dim
+        if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0:
+            out[inp.name] = int(dims[0].dim_value)
+    return out
+
+
+def model_roofline(model, host: str | Path | None = None) -> tuple[dict, float]:
+    """(peak FLOP/s table, bandwidth) to predict this host with: those the latency model was fitted against,
+    else the host file's (default configs/host.yaml)."""
+    roof = model.fitted_roofline()
+    if roof is None:
+        from lib.artifacts import CONFIGS
+        from lib.host import load_host
+        h = load_host(host or CONFIGS / "host.yaml")
+        roof = (h["peak_flops_per_s"], float(h["mem_bw_bytes_per_s"]))
+    return roof
+
+
+def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_overrides: list[str] | None = None,
+          preset: str | None = None, workload: str | None = None, latency_model: str | Path | None = None,
+          host: str | Path | None = None, threads: int = 0, keep: str | Path | None = None,
+          progress: bool = True, uncontended: bool = True, rounds: int = 1) -> pd.DataFrame:
+    """rounds: measure every batch this many times, the batches in turn (1 2 4 8 16 1 2 4 ...), and keep the
+    median of the rounds: a shared machine's speed drifts by tens of percent within minutes, and interleaving
+    spreads a slow spell over all batches instead of landing it on one."""
+    from lib.artifacts import CONFIGS
+    from lib.latency.latency_model import load_latency_model
+    fixed = fixed_batch(model_path)
+    if fixed and not user_overrides:
+        bad = [b for b in batches if any(b != v for v in fixed.values())]
+        if bad:
+            raise StageError(f"{model_path} has a FIXED batch dimension ({', '.join(f'{k}[0]={v}' for k, v in fixed.items())}"
+                             f"): batches {bad} cannot run. Re-export with a symbolic batch: "
+                             f"python -m lib.onnx.export_models NAME {model_path} --dynamic-batch")
+    model = load_latency_model(latency_model or CONFIGS / "latency_model.yaml")
+    peaks, bw = model_roofline(model, host)
+    workload = workload or str(CONFIGS / "workload.yaml")
+    seen: dict[int, list[dict]] = {b: [] for b in batches}
+    with tempfile.TemporaryDirectory(prefix="sweep_") as tmp:
+        for rnd in range(rounds):
+            for b in batches:
+                ov = batch_overrides(model_path, b, user_overrides or [], workload, preset)
+                args = ["--workload", workload] + (["--preset", preset] if preset else []) + ["--shape-override", ov[0]]
+                if progress:
+                    print(f"  {f'round {rnd + 1}/{rounds}, ' if rounds > 1 else ''}batch {b}: {ov[0]} ...", end="",
+                          file=sys.stderr, flush=True)
+                rdir = Path(keep or tmp) / f"b{b}"
+                run_stages(model_path, rdir, args, runs=runs, threads=threads, costs=rnd == 0)
+                c = compare(rdir, model, peaks, bw)
+                c.pop("per_node", None)
+                if uncontended:
+                    u = measure_uncontended(model_path, ov, workload, preset, runs=runs, threads=threads)
+                    c["uncontended_us"], c["cpu_share"] = u["cpu_us"], u["share"]
+                seen[b].append(c)
+                if progress:
+                    print(f" measured {c['measured_us'] / 1e3:.2f} ms (mean {c['measured_mean_us'] / 1e3:.2f}), "
+                          f"predicted {c['predicted_us'] / 1e3:.2f} ms "
+                          f"({100 * (c['predicted_us'] / c['measured_us'] - 1):+.1f}%)" + (
+                              f"; uncontended {c['uncontended_us'] / 1e3:.2f} ms (CPU share {c['cpu_share']:.2f})"
+                              if uncontended else ""), file=sys.stderr, flush=True)
+    return pd.DataFrame([_sweep_row(b, seen[b]) for b in batches], columns=SWEEP_COLUMNS)
+
+
+MEDIAN_OVER_ROUNDS = ("measured_us", "measured_p10_us", "kernel_us", "uncontended_us", "cpu_share")
+
+
+def _sweep_row(b: int, rounds: list[dict]) -> dict:
+    """One sweep.csv row from a batch's rounds: the measured figures' medians (and the mean of all runs), the
+    rest from the first round (the costs and the prediction do not change between rounds)."""
+    r = {"batch": b, **{k: rounds[0].get(k) for k in SWEEP_COLUMNS if k != "batch"}}
+    for k in MEDIAN_OVER_ROUNDS:
+        vals = [x[k] for x in rounds if x.get(k) is not None]
+        r[k] = float(np.median(vals)) if vals else float("nan")
+    r["rounds"] = len(rounds)
+    # every round has the same number of runs: the mean of the rounds' means is the mean of all runs
+    r["measured_mean_us"] = float(np.mean([x["measured_mean_us"] for x in rounds]))
+    r["err_pct"] = 100.0 * (r["predicted_us"] / r["measured_us"] - 1.0)
+    r["err_mean_pct"] = 100.0 * (r["predicted_us"] / r["measured_mean_us"] - 1.0)
+    r["err_uncontended_pct"] = 100.0 * (r["predicted_us"] / r["uncontended_us"] - 1.0)     # NaN when not measured
+    r["throughput_per_s"] = b / (r["measured_us"] * 1e-6)
+    r["throughput_pred_per_s"] = b / (r["predicted_us"] * 1e-6)
+    r["input_shapes"] = json.dumps(rounds[0].get("input_shapes", {}))
+    return r
+
+
+def plot(df: pd.DataFrame, path: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(1, 3, figsize=(13, 3.8))
+    b = df["batch"]
+    ax[0].plot(b, df["measured_us"] / 1e3, "o-", label="measured (01, median)")
+    ax[0].plot(b, df["measured_mean_us"] / 1e3, "x-", label="measured (mean of all runs)")
+    ax[0].plot(b, df["predicted_us"] / 1e3, "s--", label="predicted (latency model)")
+    if df["uncontended_us"].notna().any():
+        ax[0].plot(b, df["uncontended_us"] / 1e3, "^:", label="measured, cores to itself (CPU time)")
+    ax[0].set(xscale="log", yscale="log", xlabel="batch", ylabel="latency (ms)", title="latency")
+    ax[1].plot(b, df["throughput_per_s"], "o-", label="measured")
+    ax[1].plot(b, df["throughput_pred_per_s"], "s--", label="predicted")
+    ax[1].set(xscale="log", xlabel="batch", ylabel="inferences / s", title="throughput")
+    ax[2].plot(b, df["ai_flop_per_byte"], "o-", color="tab:green")
+    ax[2].set(xscale="log", xlabel="batch", ylabel="FLOP / byte", title="arithmetic intensity (02)")
+    for a in ax:
+        a.set_xticks(list(b))
+        a.set_xticklabels([str(x) for x in b])
+        a.grid(alpha=0.3)
+    ax[0].legend(fontsize=8)
+    ax[1].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from lib.artifacts import atomic_path
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+def main(argv=None):
+    import argparse
+
+    from lib import cli
+    from lib.artifacts import CONFIGS, results_dir, versions, write_csv, write_json
+    p = cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", metavar="PATH", help="ONNX model file (required); results go to results/<model-stem>/")
+    p.add_argument("--results", metavar="DIR", help="where sweep.csv and plots/sweep.png go (default: results/<model-stem>/)")
+    p.add_argument("--workload", default=str(CONFIGS / "workload.yaml"), metavar="YAML",
+                   help="symbolic-dim values, presets and seed (default: %(default)s)")
+    p.add_argument("--shape-override", action="append", default=[], metavar="'NAME=Bx3x224x224 ...'",
+                   help="input shapes with a literal B where the batch goes (default: dim 0 of every input = B)")
+    p.add_argument("--preset", metavar="NAME", help="symbolic-dim preset of the workload file (e.g. llm-128)")
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="batch sizes (default 1 2 4 8 16)")
+    p.add_argument("--runs", type=int, default=10, help="stage 01 measured runs per batch (default 10)")
+    p.add_argument("--threads", type=int, default=0, help="ORT intra-op threads for stage 01 (0 = all cores)")
+    p.add_argument("--latency-model", default=None, metavar="YAML",
+                   help="calibrated latency model (default: configs/latency_model.yaml; `make calibrate` writes it)")
+    p.add_argument("--host", default=str(CONFIGS / "host.yaml"), metavar="YAML",
+                   help="host peaks/bandwidth, used only if the latency model does not record its own (default: %(default)s)")
+    p.add_argument("--no-uncontended", action="store_true",
+                   help="skip the second measurement per batch that records ORT's CPU time (the contention-free "
+                        "latency on a shared machine)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="measure every batch this many times, the batches in turn, and keep the median (default 3: "
+                        "a shared machine's speed drifts within minutes)")
+    p.add_argument("--keep", metavar="DIR", help="keep each batch's stage 01/02 results under DIR/b<B>/ (default: temp)")
+    a = p.parse_args(argv)
+    if not a.model:
+        raise StageError("--model is required (see --help)")
+    if any(b < 1 for b in a.batches) or a.runs < 1 or a.rounds < 1:
+        raise StageError("--batches must be >= 1, and --runs and --rounds too")
+    rdir = results_dir(a.model, a.results)
+    print(f"sweeping {a.model} over batches {a.batches} ({a.runs} runs each, {a.rounds} round(s))")
+    df = sweep(a.model, a.batches, runs=a.runs, user_overrides=a.shape_override, preset=a.preset,
+               workload=a.workload, latency_model=a.latency_model, host=a.host, threads=a.threads, keep=a.keep,
+               uncontended=not a.no_uncontended, rounds=a.rounds)
+    write_csv(df, rdir / "sweep.csv")
+    plot(df, rdir / "plots" / "sweep.png", f"{Path(a.model).name}: measured vs predicted per batch")
+    write_json({"model": str(a.model), "batches": a.batches, "runs": a.runs, "rounds": a.rounds, "preset": a.preset,
+                "shape_override": a.shape_override, "latency_model": a.latency_model or "configs/latency_model.yaml",
+                "versions": versions()}, rdir / "sweep_meta.json")
+    print(f"{'batch':>5} {'predicted ms':>13} {'median ms':>10} {'error':>7} {'mean ms':>8} {'error':>7} "
+          f"{'uncontended ms':>15} {'error':>7} {'inf/s':>8} {'FLOP/B':>7}")
+    for _, r in df.iterrows():
+        print(f"{r['batch']:>5} {r['predicted_us'] / 1e3:>13.2f} {r['measured_us'] / 1e3:>10.2f} {r['err_pct']:>+6.1f}% "
+              f"{r['measured_mean_us'] / 1e3:>8.2f} {r['err_mean_pct']:>+6.1f}% {r['uncontended_us'] / 1e3:>15.2f} "
+              f"{r['err_uncontended_pct']:>+6.1f}% {r['throughput_per_s']:>8.1f} {r['ai_flop_per_byte']:>7.1f}")
+    print(f"worst |predicted/measured - 1| over the batches: {df['err_pct'].abs().max():.1f}% (median of the rounds' "
+          f"medians), {df['err_mean_pct'].abs().max():.1f}% (mean of all runs)"
+          + (f", {df['err_uncontended_pct'].abs().max():.1f}% (uncontended)" if df["uncontended_us"].notna().any() else ""))
+    print(f"wrote {rdir / 'sweep.csv'} and {rdir / 'plots' / 'sweep.png'}")
+
+
+if __name__ == "__main__":
+    from lib import cli as _cli
+    _cli.run(main)

@@ -1,0 +1,1 @@
+"""ONNX graphs: reading, validation, input shapes, shape inference, the op registry and per-node costs."""

@@ -1,0 +1,274 @@
+"""Per-node FLOPs, MACs and bytes (stage 02's table) from the indexed graph."""
+from __future__ import annotations
+
+import ast
+import re
+
+import numpy as np
+
+from lib import lazy_import, parallel
+from lib.onnx.control_flow import cost_note
+from lib.artifacts import TEXT_COLUMNS
+from lib.errors import StageError
+from lib.onnx.graph import CONTROL_FLOW, Graph, constant_tensors, dtype_name, shape_tensors
+from lib.onnx.ops import SHAPE_OPS, lookup, op_key
+
+pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
+
+METRIC_COLUMNS = ["node", "op_type", "topo_idx", "flops", "macs", "act_in_bytes", "act_out_bytes",
+                  "weight_bytes", "dtype", "out_shapes", "cost_known", "bytes_known", "shape_op", "op_class",
+                  "mac_dtype", "shape_source", "cost_note", "layer"]
+TEXT_METRICS = set(METRIC_COLUMNS) & set(TEXT_COLUMNS)      # kept as Python str objects (_frame)
+
+
+def _mac_dtype(n, g: Graph, op) -> str:
+    """The element type of the node's weight operand (op: its registry entry)."""
+    idx = op.weight_input if op is not None and op.weight_input is not None else 1
+    t = g.tensors.get(n.input[idx]) if len(n.input) > idx else None
+    return dtype_name(t.elem_type) if t is not None else "unknown"
+
+
+def layer_name(node) -> str:
+    """The model layer a node came from: the innermost module of the dynamo exporter's name scopes, or the
+    path of a TorchScript export's '/layer1/layer1.0/conv1/Conv' name."""
+    for p in node.metadata_props:
+        if p.key == "pkg.torch.onnx.name_scopes":
+            try:
+                scopes = [s for s in ast.literal_eval(p.value) if s]
+            except (ValueError, SyntaxError):
+                break
+            return scopes[-2] if len(scopes) >= 2 else (scopes[0] if scopes else "")
+    if node.name.startswith("/") and node.name.count("/") >= 2:
+        return node.name.rsplit("/", 1)[0].rsplit("/", 1)[-1]
+    return ""
+
+
+def stored_bytes(g: Graph, consts: set[str]) -> tuple[dict[str, int], set[int]]:
+    """Bytes each constant tensor costs: its own for initializers and Constant outputs; for a tensor computed
+    from constants alone the bytes it has when its consuming node reads it, except behind the no-op chains
+    of quantized weights (DequantizeLinear, Identity, Cast, Reshape ... whose inputs are stored weights),
+    which count as stored. Also the positions of those constant-folding nodes: they do not run at inference
+    (ORT folds them, or fuses DequantizeLinear into the integer kernel)."""
+    stored = {t: (g.tensors[t].nbytes or 0) if t in g.tensors else 0 for t in g.initializers}
+    folded = set()
+    for pos, (op, outs) in enumerate(zip(g.op_types, g.node_outputs)):
+        if not outs or outs[0] not in consts:
+            continue
+        if op == "Constant":
+            info = g.tensors.get(outs[0])
+            stored[outs[0]] = (info.nbytes or 0) if info is not None else 0
+            continue
+        folded.add(pos)
+        if op in STORED_CHAIN:
+            stored[outs[0]] = sum(stored.get(t, 0) for t in g.node_inputs[pos])
+        else:   # computed at load time (ConstantOfShape, Expand, Tile, arithmetic): the size it is read at
+            for o in outs:
+                info = g.tensors.get(o)
+                stored[o] = (info.nbytes or 0) if info is not None else 0
+    return stored, folded
+
+
+CHILD_SHARE_ALONG = 1 / 3     # rows for the child that saves the graph first (saving takes a third of their time)
+
+STORED_CHAIN = {"DequantizeLinear", "Identity", "Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
+                "QuantizeLinear"}
+
+
+def node_metrics(g: Graph, consts: set[str] | None = None, along: parallel.Task | None = None,
+                 meanwhile=None) -> pd.DataFrame:
+    """One row per node (METRIC_COLUMNS), built as tuples: at 200k nodes every per-node operation counts.
+    `along`: work (saving the graph) for the child that computes part of the rows to do first; `meanwhile`:
+    called with the frame of the first rows (all of them without a child), while the child computes the rest
+    (02 formats their CSV lines)."""
+    consts = constant_tensors(g) if consts is None else consts
+    shp = shape_tensors(g, consts)
+    stored, folded = stored_bytes(g, consts)
+    tensors, consumers = g.tensors, g.consumers
+    tget, sget, source_of = tensors.get, stored.get, g.shape_source.get
+    outputs = set(g.graph_outputs)      # an output no node reads is dead (never computed), not written bytes
+    layers = _layers(g)
+    ops: dict[tuple[str, str], tuple] = {}     # (op type, domain) -> registry entry, its key, its class
+
+    def row_range(lo: int, hi: int) -> list[list]:
+        """The rows' columns. The loop is inlined for one-output nodes (most of them): a function call costs ~5%
+        of a row. Rows are made as tuples and turned into columns ROW_BLOCK at a time, while they are in the
+        cache (one zip over 200k rows reads each from memory again: 0.15 s more at 133k rows)."""
+        cols: list[list] = [[] for _ in METRIC_COLUMNS]
+        out, shape_texts = [], {}
+        for pos in range(lo, hi):
+            n, ins, outs = g.view(pos), g.node_inputs[pos], g.node_outputs[pos]
+            kind = ops.get((n.op_type, n.domain))
+            if kind is None:
+                op = lookup(n)
+                kind = ops[n.op_type, n.domain] = (op, op_key(n) if op is None else op.key,
+                                                   "other" if op is None else op.op_class)
+            op, key, cls = kind
+            cost = None if op is None else op.cost(n, g)
+            act_in = act_out = w = 0
+            if pos not in folded:
+                for t in ins:       # constants are weight bytes, the rest activations (None: a size unknown)
+                    if t in consts:
+                        w += sget(t, 0)
+                    elif act_in is not None:
+                        info = tget(t)
+                        act_in = None if info is None or info.nbytes is None else act_in + info.nbytes
+                for o in outs:
+                    if o in consumers or o in outputs:
+                        info = tget(o)
+                        if info is None or info.nbytes is None:
+                            act_out = None
+                            break
+                        act_out += info.nbytes
+            main = tget(outs[0]) if outs else None
+            if main is None or n.op_type in ("QuantizeLinear", "Cast"):
+                main = (tget(n.input[0]) if n.input else None) or main
+            if len(outs) == 1:
+                o = outs[0]
+                info = tget(o)
+                shapes = shape_texts.get(info)
+                if shapes is None:
+                    shapes = shape_texts[info] = _shape_text(info)
+                source = ("constant" if o in consts else    # _source() for one output, inlined
+                          "unknown" if info is None or info.shape is None else source_of(o, "onnx"))
+            else:
+                shapes, source = _shapes_text(tensors, outs, shape_texts), _source(g, consts, outs, outputs)
+            macs = np.nan if cost is None else cost[1]
+            out.append((
+                g.names[pos], key, pos, np.nan if cost is None else cost[0], macs,
+                np.nan if act_in is None else act_in, np.nan if act_out is None else act_out, w,
+                dtype_name(main.elem_type) if main is not None else "unknown", shapes,
+                cost is not None, act_in is not None and act_out is not None,
+                n.op_type in SHAPE_OPS or bool(outs) and shp.issuperset(outs),
+                cls(n, g) if callable(cls) else cls,
+                # integer MACs stay MACs: the element type they are done in (the weight operand's)
+                _mac_dtype(n, g, op) if cost is not None and macs > 0 else "",
+                source, cost_note(n, g) if n.op_type in CONTROL_FLOW else "", layers[pos]))
+            if len(out) == ROW_BLOCK:
+                _extend(cols, out)
+        _extend(cols, out)
+        return cols
+
+    def part(lo: int, hi: int) -> list[pd.DataFrame]:
+        frame = _frame(row_range(lo, hi))
+        if lo == 0 and meanwhile is not None:
+            meanwhile(frame)
+        return [frame]
+
+    # two cores on a large graph: rows are independent, and each part is made a frame where it is computed
+    parts = parallel.split(part, len(g.nodes), child_share=0.5 if along is None else CHILD_SHARE_ALONG, task=along)
+    parts = [p for p in parts if len(p)] or parts[:1]      # an empty half has no types to give its columns
+    df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)   # ints and NaN: float64, as one
+    _refuse_unreal(df)
+    return df
+
+
+ROW_BLOCK = 1024
+
+
+def _extend(cols: list[list], rows: list[tuple]) -> None:
+    """The rows appended to the columns (transposed in C), and the row list emptied."""
+    for c, v in zip(cols, zip(*rows)):
+        c.extend(v)
+    rows.clear()
+
+
+def _frame(cols: list[list]) -> pd.DataFrame:
+    """Numbers typed by numpy as pandas would (NaN among ints: float64); text kept as Python str objects, not
+    pandas 3's str dtype: converting 9 columns of 200k rows costs, and the table only goes to summarize() and to
+    the CSV (whose writer takes objects as they are)."""
+    return pd.DataFrame({c: pd.Series(v, dtype=object) if c in TEXT_METRICS else np.array(v)
+                         for c, v in zip(METRIC_COLUMNS, cols)})
+
+
+EXACT_MAX = 2**53        # figures past this are not exact in float64 (pandas, CSV): no real model's node is near it
+
+
+def _refuse_unreal(df: pd.DataFrame) -> None:
+    """StageError for a node whose bytes or operations are past EXACT_MAX: shape values computed in the graph
+    (a Reshape to 2^40 x 2^40) that no real model has; the figures would be wrong."""
+    cols = ["flops", "macs", "act_in_bytes", "act_out_bytes", "weight_bytes"]
+    over = df[cols].to_numpy(float) > EXACT_MAX
+    rows = np.flatnonzero(over.any(axis=1))
+    if rows.size:
+        k = int(rows[0])
+        c = cols[int(np.argmax(over[k]))]
+        raise StageError(f"node {df['node'].iat[k]} ({df['op_type'].iat[k]}): {c} = {float(df[c].iat[k]):.3g}, beyond any "
+                         f"real model (output shapes {df['out_shapes'].iat[k]}): check the shape values the graph computes")
+
+
+def _layers(g: Graph) -> list[str]:
+    """layer_name per node; skipped when no node carries exporter metadata or a TorchScript path name."""
+    if not any(len(n.metadata_props) or n.name.startswith("/") for n in g.nodes[:200]):
+        return [""] * len(g.nodes)
+    return [layer_name(n) for n in g.nodes]
+
+
+def _shapes_text(tensors, outs, memo: dict) -> str:
+    """'1x16x16;?' for the outputs; memo: text per TensorInfo (tensors of one type share one)."""
+    parts = []
+    for t in outs:
+        info = tensors.get(t)
+        text = memo.get(info)
+        if text is None:
+            text = memo[info] = _shape_text(info)
+        parts.append(text)
+    return ";".join(parts)
+
+
+def _shape_text(info) -> str:
+    return "?" if info is None or info.shape is None else "x".join(map(str, info.shape))
+
+
+SOURCE_ORDER = ("unknown", "executed", "values", "ort", "onnx")
+
+
+def _source(g: Graph, consts: set[str], outs: list[str], graph_outputs: set[str]) -> str:
+    """Where a node's output shapes came from: the least direct method any output needed (onnx, ort, values,
+    executed), constant for constant folding, unknown when a shape is missing."""
+    if len(outs) > 1:       # dead outputs aside (one output is the node's result either way)
+        outs = [o for o in outs if o in g.consumers or o in graph_outputs] or outs
+    if not outs:
+        return ""
+    if consts.issuperset(outs):
+        return "constant"
+    if len(outs) == 1:
+        return _tensor_source(g, outs[0])
+    seen = {_tensor_source(g, o) for o in outs}
+    return seen.pop() if len(seen) == 1 else next(s for s in SOURCE_ORDER if s in seen)
+
+
+def _tensor_source(g: Graph, t: str) -> str:
+    info = g.tensors.get(t)
+    return "unknown" if info is None or info.shape is None else g.shape_source.get(t, "onnx")
+
+
+KV_NAMES = re.compile(r"(past|present|cache|kv)", re.I)
+
+
+def kv_cache(g: Graph) -> dict:
+    """Graph inputs and outputs that carry a KV cache (past_key_values.* in, present.* out, as Hugging Face and
+    optimum name them), with their bytes: in a decode step they and the weights are what the memory moves."""
+    def side(names):
+        hits = [t for t in names if KV_NAMES.search(t) and g.tensors.get(t) is not None]
+        return {"tensors": len(hits), "bytes": int(sum(g.tensors[t].nbytes or 0 for t in hits)),
+                "example": hits[0] if hits else None}
+    return {"inputs": side(g.graph_inputs), "outputs": side(g.graph_outputs)}
+
+
+def summarize(df: pd.DataFrame) -> dict:
+    mac_ops = df["macs"] > 0          # Conv/Gemm/MatMul/Einsum/recurrent and their integer and quantized forms
+    unknown = df.loc[~df["cost_known"], "op_type"]
+    return {
+        "nodes": int(len(df)),
+        "total_macs": float(df["macs"].sum()),
+        "total_flops": float(df["flops"].sum()),
+        "conv_gemm_matmul_macs": float(df.loc[mac_ops, "macs"].sum()),
+        "weight_bytes": float(df["weight_bytes"].sum()),
+        "act_out_bytes": float(df["act_out_bytes"].sum()),
+        "unknown_cost_nodes": int(len(unknown)),
+        "unknown_cost_ops": {str(k): int(v) for k, v in unknown.value_counts().sort_index().items()},
+        "unknown_size_nodes": int((~df["bytes_known"]).sum()),
+        "upper_bound_nodes": int(df["cost_note"].str.startswith("upper bound").sum()),
+        "shape_source": {str(k): int(v) for k, v in df["shape_source"].value_counts().sort_index().items()},
+        "op_counts": {str(k): int(v) for k, v in df["op_type"].value_counts().sort_index().items()},
+    }

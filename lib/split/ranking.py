@@ -1,0 +1,581 @@
+"""Stage 07's model of a two-device split: per-boundary costs on each device and the link, single-device
+baselines, pruning, dominance-aware ranking, Pareto fronts, and the compact split model that the report's
+what-if panel re-evaluates (the boundaries themselves come from lib/split/boundary_sweep.py).
+
+The arithmetic of add_costs/_link_model, score, pareto_layers, _rank and the constraint rules is mirrored
+line by line in the report's JavaScript (lib/report/templates/report.html.j2, `WhatIf`): change both together
+(tests/test_report.py checks that the page reproduces this module exactly at the config's values).
+"""
+from __future__ import annotations
+
+import bisect
+import copy
+import json
+import os
+from collections import Counter
+from itertools import chain
+
+import numpy as np
+
+from lib import lazy_import
+from lib.errors import StageError
+from lib.provenance import same_inputs
+from lib.analysis.roofline import known_or_zero, node_bytes
+
+pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
+
+# pruning rules that depend on what the what-if panel changes (device and link figures); the others are static
+DYNAMIC_RULES = ("max_latency_us", "max_energy_j", "rate_hz")
+# score metrics: weight key in system.yaml -> boundaries.csv column (each normalised by its max, lower wins)
+SCORE_METRICS = (("comm", "comm_bytes"), ("imbalance", "time_imbalance"), ("latency", "est_latency_us"),
+                 ("energy", "est_energy_j"), ("throughput", "period_us"))
+
+
+def device_factors(prof: pd.DataFrame, device: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-node (ec, em, ovh) of a modelled device, whose time per node is
+    t_i = ovh_i + max(flops_i / (peak * ec_i), bytes_i / (bw * em_i)):
+    ec_i, em_i are the compute and memory efficiencies, ovh_i a fixed cost in us; none depends on the device's
+    peak or bandwidth (the what-if panel changes those). A device with a `latency_model:` file (made by
+    `make calibrate`, lib/latency/latency_model.py) takes them from it, the nodes ORT fuses (ops_profile.csv's
+    attribution) costing nothing; a device without one is the plain roofline: (1, 1, 0)."""
+    n = len(prof)
+    if not device.get("latency_model"):
+        return np.ones(n), np.ones(n), np.zeros(n)
+    key = json.dumps(device, sort_keys=True, default=str)
+    if _FACTORS.get("prof") is not prof:          # one table at a time: 07 asks for each device three times
+        _FACTORS.clear()
+        _FACTORS["prof"] = prof
+    if key not in _FACTORS:
+        _FACTORS[key] = _model_factors(prof, device)
+    return _FACTORS[key]
+
+
+_FACTORS: dict = {}
+
+
+def _model_factors(prof: pd.DataFrame, device: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = len(prof)
+    from lib.latency.latency_model import model_for_device
+    lm = model_for_device(device, device["latency_model"])
+    att = prof["attribution"].fillna("").astype(str) if "attribution" in prof else pd.Series([""] * n)
+    return lm.factors(prof, float(device["peak_flops_per_s"]), float(device["mem_bw_bytes_per_s"]),
+                      att.isin(["fused", "not_run"]).to_numpy(), prof.get("fused_into"))
+
+
+def node_work(prof: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """FLOPs (unknown counted 0) and bytes (NaN when unknown: lib/analysis/roofline.py's node_bytes) of every node."""
+    return prof["flops"].fillna(0.0).to_numpy(float), node_bytes(prof).to_numpy(float)
+
+
+def modelled_times(flops, nbytes, peak: float, bw: float, ec, em, ovh) -> np.ndarray:
+    """ovh + max(flops / (peak * ec), bytes / (bw * em)) in us; an unknown max counts 0 (known_or_zero)."""
+    roof = np.maximum(flops / (peak * ec), nbytes / (bw * em)) * 1e6
+    return known_or_zero(roof)[0] + ovh
+
+
+def measured_source(dev: dict, latency) -> bool:
+    return dev.get("source", "roofline") == "measured" and latency is not None
+
+
+def device_times(prof: pd.DataFrame, latency: np.ndarray | None, dev: dict) -> np.ndarray:
+    """Per-node time on one device (us): 01's measured latency when asked for and available, else the model."""
+    if measured_source(dev, latency):
+        return np.nan_to_num(np.asarray(latency, dtype=float), nan=0.0)
+    flops, nbytes = node_work(prof)
+    ec, em, ovh = device_factors(prof, dev)
+    return modelled_times(flops, nbytes, float(dev["peak_flops_per_s"]), float(dev["mem_bw_bytes_per_s"]), ec, em, ovh)
+
+
+def left_graph_outputs(g, n_boundaries: int) -> np.ndarray:
+    """Per boundary, how many graph outputs the left part finishes (produced at or before node b).
+    `g`: a lib.onnx.graph.Graph or GraphArrays."""
+    if hasattr(g, "t_output"):
+        pos = g.t_prod[g.t_output & (g.t_prod >= 0)]
+    else:
+        pos = [g.producer[t] for t in g.graph_outputs if t in g.producer]
+    d = np.bincount(np.asarray(pos, dtype=np.int64), minlength=len(g.names) + 1)
+    return np.cumsum(d)[:n_boundaries]
+
+
+def add_costs(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None, system: dict, g=None) -> pd.DataFrame:
+    """FLOPs balance, measured latency left/right, the two-device + link model, all by prefix sums."""
+    nb_ = len(df)
+    cf = np.cumsum(prof["flops"].fillna(0.0).to_numpy(float))
+    total = cf[-1]
+    df["flops_left"] = cf[:nb_]
+    df["flops_right"] = total - cf[:nb_]
+    df["compute_share_left"] = df["flops_left"] / total if total > 0 else np.nan
+    df["imbalance"] = np.abs(df["flops_left"] - df["flops_right"]) / total if total > 0 else np.nan
+    cl = np.cumsum(np.nan_to_num(latency)) if latency is not None else np.full(nb_ + 1, np.nan)
+    df["latency_left_us"] = cl[:nb_]
+    df["latency_right_us"] = cl[-1] - cl[:nb_]
+    ta = np.cumsum(device_times(prof, latency, system["devices"]["A"]))
+    tb = np.cumsum(device_times(prof, latency, system["devices"]["B"]))
+    df["t_dev_a_us"] = ta[:nb_]
+    df["t_dev_b_us"] = tb[-1] - tb[:nb_]
+    _link_model(df, system)
+    layers = prof["layer"].fillna("").astype(str).to_numpy() if "layer" in prof else np.full(len(prof), "")
+    df["after_layer"] = layers[:nb_]
+    if g is not None:
+        df["left_graph_outputs"] = left_graph_outputs(g, nb_)
+    return df
+
+
+def _link_model(df: pd.DataFrame, system: dict) -> None:
+    """Link time/energy, end-to-end latency and energy, device-time balance and pipelined throughput."""
+    a, b, link = system["devices"]["A"], system["devices"]["B"], system["link"]
+    ta, tb = df["t_dev_a_us"].to_numpy(float), df["t_dev_b_us"].to_numpy(float)
+    link_t = df["n_cut_tensors"].to_numpy(float) * float(link["latency_us"]) + \
+        df["comm_bytes"].to_numpy(float) / float(link["bandwidth_bytes_per_s"]) * 1e6
+    df["link_time_us"] = link_t
+    df["link_energy_j"] = df["comm_bytes"].to_numpy(float) * float(link["energy_per_byte_j"])
+    df["est_latency_us"] = ta + link_t + tb
+    df["est_energy_j"] = (float(a["power_w"]) * ta + float(b["power_w"]) * tb) * 1e-6 + df["link_energy_j"].to_numpy()
+    both = ta + tb
+    with np.errstate(invalid="ignore", divide="ignore"):
+        df["time_imbalance"] = np.where(both > 0, np.abs(ta - tb) / both, 0.0)
+        period = np.maximum(np.maximum(ta, link_t), tb)
+        df["period_us"] = period
+        df["throughput_per_s"] = np.where(period > 0, 1e6 / period, np.nan)
+
+
+def baselines(prof: pd.DataFrame, latency: np.ndarray | None, system: dict) -> dict:
+    """The whole graph on one device: latency, energy and throughput of all-on-A and all-on-B (no link)."""
+    out = {}
+    for key in ("A", "B"):
+        dev = system["devices"][key]
+        t = float(np.sum(device_times(prof, latency, dev)))
+        k = key.lower()
+        out[f"all_on_{k}_us"] = t
+        out[f"all_on_{k}_energy_j"] = float(dev["power_w"]) * t * 1e-6
+        out[f"all_on_{k}_throughput_per_s"] = 1e6 / t if t > 0 else None
+        out[f"device_{k}"] = {"name": dev.get("name", key), "power_w": float(dev["power_w"]),
+                              "time_source": "measured (01)" if measured_source(dev, latency) else
+                              (f"model ({dev['latency_model']})" if dev.get("latency_model") else "model (roofline)")}
+    return out
+
+
+class Reasons:
+    """Why each boundary is pruned: (rule code, text) pairs in the order the rules flag them; the codes are
+    what summaries count. Kept per rule (the flagged positions and their texts) and joined per boundary at the
+    end with object-array arithmetic: a 200k-boundary graph has 200k reasons."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.rules: list[tuple[str, np.ndarray, np.ndarray]] = []     # code, positions, texts
+        self.pruned = np.zeros(n, dtype=bool)
+
+    def flag(self, mask, code: str, text) -> None:
+        """text: one text for all, or a function of the flagged positions giving a text for each."""
+        idx = np.flatnonzero(np.asarray(mask))
+        if idx.size:
+            texts = np.full(idx.size, text, dtype=object) if isinstance(text, str) else \
+                np.asarray(text(idx), dtype=object)
+            self.rules.append((code, idx, texts))
+            self.pruned[idx] = True
+
+    def _joined(self, sep: str, codes: bool) -> list[str]:
+        out = np.full(self.n, "", dtype=object)
+        has = np.zeros(self.n, dtype=bool)
+        for code, idx, texts in self.rules:
+            add = np.full(idx.size, code, dtype=object) if codes else texts
+            out[idx] = np.where(has[idx], out[idx] + sep + add, add)
+            has[idx] = True
+        return out.tolist()
+
+    def codes(self) -> list[str]:
+        return self._joined(";", codes=True)
+
+    def texts(self) -> list[str]:
+        return self._joined("; ", codes=False)
+
+
+def _constraint_rules(df: pd.DataFrame, system: dict, reasons: Reasons) -> None:
+    c = system.get("constraints", {}) or {}
+    for key, col, unit in (("max_latency_us", "est_latency_us", "us"), ("max_energy_j", "est_energy_j", "J"),
+                           ("max_peak_act_left_bytes", "peak_act_left_bytes", "B"),
+                           ("max_peak_act_right_bytes", "peak_act_right_bytes", "B")):
+        lim = c.get(key)
+        if lim is not None:
+            v = df[col].to_numpy()
+            reasons.flag(v > float(lim), key, lambda idx, v=v, col=col, lim=lim, unit=unit:
+                         [f"{col} {x:.4g} {unit} > {float(lim):.4g}" for x in v[idx].tolist()])
+    if c.get("rate_hz"):
+        need = df["comm_bytes"].to_numpy() * float(c["rate_hz"])
+        bw = float(system["link"]["bandwidth_bytes_per_s"])
+        reasons.flag(need > bw, "rate_hz", lambda idx: [f"needs {x:.3g} B/s at {c['rate_hz']} Hz > link {bw:.3g} B/s"
+                                                         for x in need[idx].tolist()])
+
+
+def _static_rules(df: pd.DataFrame, r: dict, reasons: Reasons) -> None:
+    share = float(r.get("min_compute_share", 0.0))
+    left = df["compute_share_left"].to_numpy()
+    reasons.flag((left < share) | (1 - left < share), "compute_share",
+                 lambda idx: [f"compute share {min(x, 1 - x):.1%} < {share:.0%} on one side"
+                              for x in left[idx].tolist()])
+    if "left_graph_outputs" in df:
+        reasons.flag((df["n_cut_tensors"] == 0) & (df["left_graph_outputs"] == 0), "nothing_crosses",
+                     "nothing crosses: no cut tensor and no graph output finished on the left")
+    blocks = df["skip_block"].to_numpy(dtype=object)
+    reasons.flag(blocks != "", "skip_block", lambda idx: "inside skip block (" + blocks[idx] + ")")
+    if r.get("strict"):
+        reasons.flag(~df["strict_ok"], "strict", "strict: right part needs activations produced before the cut node")
+
+
+def prune_and_rank(df: pd.DataFrame, system: dict, feasibility: dict[int, str] | None = None) -> pd.DataFrame:
+    """Mark pruned boundaries with every reason that applies, score the rest, rank, suppress near-duplicates."""
+    r = system.get("ranking", {})
+    reasons = Reasons(len(df))
+    _static_rules(df, r, reasons)
+    _constraint_rules(df, system, reasons)
+    hailo = {b: why for b, why in (feasibility or {}).items() if 0 <= b < len(df)}
+    if hailo:
+        reasons.flag(np.isin(np.arange(len(df)), list(hailo)), "hailo", lambda idx: [hailo[b] for b in idx.tolist()])
+    df["score"] = score(df, r.get("weights", {}))
+    ok = ~reasons.pruned
+    df["pareto_layer"] = pareto_layers(df["est_latency_us"].to_numpy(float), df["est_energy_j"].to_numpy(float), ok)
+    order = ranking_order(df, r.get("by", "score"))
+    df["rank"] = _rank(df, order, int(r.get("dedup_window", 0)), reasons)
+    df["pruned"] = pd.Series(reasons.pruned, index=df.index, dtype=bool)
+    # text as Python str objects: 200k of them, converted to pandas' str dtype only to be written out
+    df["reason"] = pd.Series(reasons.texts(), index=df.index, dtype=object)
+    df["pruned_by"] = pd.Series(reasons.codes(), index=df.index, dtype=object)
+    return df
+
+
+def ranking_order(df: pd.DataFrame, by: str) -> np.ndarray:
+    """Positions in rank order. score: the latency-energy Pareto layer first (a boundary never ranks before one
+    that beats it on both), then the score; latency: latency, then energy; comm: Comm(b). Ties: lower b."""
+    b = df["boundary"].to_numpy()
+    if by == "score":
+        layer = np.nan_to_num(df["pareto_layer"].to_numpy(float), nan=np.inf)
+        return np.lexsort((b, df["score"].to_numpy(float), layer))
+    if by == "latency":
+        return np.lexsort((b, df["est_energy_j"].to_numpy(float), df["est_latency_us"].to_numpy(float)))
+    if by == "comm":
+        return np.lexsort((b, df["comm_bytes"].to_numpy(float)))
+    raise StageError(f"ranking.by must be comm, score or latency, not {by!r}")
+
+
+def pareto_layers(x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Non-dominated sorting (minimise both) of the points in `mask`: layer 1 is the Pareto front, layer k the
+    front once layers < k are removed; NaN outside the mask. O(n log n): points in (x, y) order, each goes to
+    the first layer whose smallest y so far is above its own (exact duplicates share a layer)."""
+    out = np.full(len(x), np.nan)
+    idx = np.flatnonzero(mask)
+    order = idx[np.lexsort((idx, y[idx], x[idx]))]
+    xs, ys = x[order].astype(float).tolist(), y[order].astype(float).tolist()   # Python floats: 10x faster to read
+    mins: list[float] = []
+    layers: list[int] = []      # per point in order
+    for j, (xj, yj) in enumerate(zip(xs, ys)):
+        if j and xj == xs[j - 1] and yj == ys[j - 1]:
+            k = layers[-1] - 1
+        else:
+            k = bisect.bisect_right(mins, yj)
+            if k == len(mins):
+                mins.append(yj)
+            else:
+                mins[k] = yj
+        layers.append(k + 1)
+    out[order] = layers
+    return out
+
+
+def _rank(df: pd.DataFrame, order: np.ndarray, window: int, reasons: Reasons) -> np.ndarray:
+    """Ranks 1.. in `order` over unpruned boundaries; one within `window` positions of a better one is pruned
+    as its near-duplicate."""
+    n = len(df)
+    best_near = np.full(n, -1)
+    rank = np.full(n, np.nan)
+    near = np.zeros(n, dtype=bool)
+    k = 0
+    for i in order[~reasons.pruned[order]].tolist():
+        if best_near[i] >= 0:
+            near[i] = True
+            continue
+        k += 1
+        rank[i] = k
+        lo, hi = max(0, i - window), min(n, i + window + 1)
+        sl = best_near[lo:hi]
+        sl[sl < 0] = i
+    reasons.flag(near, "near_duplicate", lambda idx: [f"near-duplicate of boundary {b} (window {window})"
+                                                      for b in best_near[idx].tolist()])
+    return rank
+
+
+HAILO_META = "hailo_meta.json"
+
+
+def feasibility_reasons(path, arch: str, mine: dict) -> dict[int, str]:
+    """Boundaries whose partition the Hailo check (stage 10) rejected for `arch` -> the pruning reason; the
+    check must be of this model and input spec (hailo_meta.json next to the CSV says)."""
+    if not os.path.exists(path):
+        raise StageError(f"--feasibility {path} not found: run 10_hailo_parse.py first")
+    meta_path = os.path.join(os.path.dirname(os.path.abspath(path)), HAILO_META)
+    try:
+        with open(meta_path) as f:
+            ident = json.load(f)["identity"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise StageError(f"--feasibility {path} has no readable {HAILO_META} beside it: re-run 10_hailo_parse.py") from None
+    sha = lambda i: (i.get("model") or {}).get("graph_sha256")  # noqa: E731
+    if sha(ident) != sha(mine) or not same_inputs(ident.get("inputs"), mine.get("inputs")):
+        raise StageError(f"--feasibility {path} is the Hailo check of another model or input spec: re-run 10_hailo_parse.py")
+    df = pd.read_csv(path, keep_default_na=False, dtype=str)
+    missing = {"boundary", "arch", "status", "source", "op", "node"} - set(df.columns)
+    if missing:
+        raise StageError(f"--feasibility {path} lacks columns {sorted(missing)}: re-run 10_hailo_parse.py")
+    out = {}
+    for r in df[(df["arch"] == arch) & (df["status"] != "ok")].itertuples():
+        what = f"{r.op} at {r.node}" if r.op else (r.node or "see hailo_feasibility.csv")
+        out[int(r.boundary)] = f"hailo {arch}: {r.status} {what} ({r.source})"
+    return out
+
+
+def check_weights(weights: dict) -> dict:
+    known = {k for k, _ in SCORE_METRICS}
+    bad = sorted(set(weights) - known)
+    if bad:
+        raise StageError(f"ranking.weights: unknown metric(s) {bad}; known: {sorted(known)}")
+    return {k: float(weights.get(k, 0.0)) for k, _ in SCORE_METRICS}
+
+
+def score(df: pd.DataFrame, weights: dict) -> np.ndarray:
+    """sum of w * metric / max(metric) over SCORE_METRICS (max over all boundaries): lower is better."""
+    w_all = check_weights(weights)
+    total = np.zeros(len(df))
+    for name, col in SCORE_METRICS:
+        w = w_all[name]
+        if w:
+            v = df[col].to_numpy(float)
+            m = np.nanmax(v) if len(v) else 0.0
+            total += w * (v / m if m > 0 else 0.0)
+    return total
+
+
+def score_text(weights: dict) -> str:
+    w = check_weights(weights)
+    terms = [f"{w[k]:g}*{col}/max" for k, col in SCORE_METRICS if w[k]]
+    return " + ".join(terms) or "0"
+
+
+def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of the points no other point dominates (<= in both, < in one), minimising both; O(n log n)."""
+    order = np.lexsort((y, x))
+    keep, best_y, best_x = [], np.inf, None
+    for i in order:
+        if y[i] < best_y:
+            keep.append(i)
+            best_y, best_x = y[i], x[i]
+        elif y[i] == best_y and x[i] == best_x:
+            keep.append(i)  # an exact duplicate of a front point is not dominated either
+    return np.array(keep, dtype=int)
+
+
+PARETO_COLUMNS = ["front", "boundary", "after_node", "after_layer", "comm_bytes", "imbalance", "time_imbalance",
+                  "est_latency_us", "est_energy_j", "throughput_per_s", "n_cut_tensors", "rank"]
+
+
+def pareto_table(df: pd.DataFrame) -> pd.DataFrame:
+    ok = df[~df["pruned"].astype(bool)]
+    if ok.empty:
+        return pd.DataFrame(columns=PARETO_COLUMNS)
+    parts = []
+    for front, xc, yc in (("comm_imbalance", "comm_bytes", "imbalance"), ("latency_energy", "est_latency_us", "est_energy_j")):
+        idx = pareto_front(ok[xc].to_numpy(float), ok[yc].to_numpy(float))
+        sub = ok.iloc[idx].sort_values(xc, kind="stable")
+        parts.append(sub.reindex(columns=PARETO_COLUMNS[1:]).assign(front=front))
+    out = pd.concat(parts, ignore_index=True)[PARETO_COLUMNS] if parts else pd.DataFrame(columns=PARETO_COLUMNS)
+    out["boundary"] = out["boundary"].astype(int)
+    return out
+
+
+TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+               "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def _tex(s: str) -> str:
+    return "".join(TEX_ESCAPES.get(ch, ch) for ch in s)
+
+
+def latex_table(top: pd.DataFrame, model: str) -> str:
+    """A booktabs table of the top-k boundaries (needs \\usepackage{booktabs})."""
+    lines = [r"\begin{table}[t]", r"\centering", r"\small",
+             rf"\caption{{Top {len(top)} split boundaries of \texttt{{{_tex(model)}}}.}}",
+             r"\label{tab:split-candidates}", r"\begin{tabular}{rrlrrrrr}", r"\toprule",
+             r"Rank & $b$ & After node (layer) & Cut & Comm (KiB) & Imbalance & Est.\ latency (ms) & Est.\ energy (mJ) \\",
+             r"\midrule"]
+    for _, r in top.iterrows():
+        layer = str(r.get("after_layer", "") or "")
+        name = str(r["after_node"]) + (f" ({layer})" if layer else "")
+        lines.append(f"{int(r['rank'])} & {int(r['boundary'])} & \\texttt{{{_tex(name[:48])}}} & "
+                     f"{int(r['n_cut_tensors'])} & {r['comm_bytes'] / 1024:.1f} & {r['imbalance']:.2f} & "
+                     f"{r['est_latency_us'] / 1e3:.2f} & {r['est_energy_j'] * 1e3:.2f} \\\\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    return "\n".join(lines)
+
+
+def choose_boundaries(bd: pd.DataFrame, boundaries: list[int] | None, top_k: int) -> list[int]:
+    """The boundaries a user asked for (checked), else the top-k ranked ones (08 and 10 share this)."""
+    if boundaries:
+        bad = [b for b in boundaries if not 0 <= b < len(bd)]
+        if bad:
+            raise StageError(f"--boundary {bad} out of range: the model has boundaries 0..{len(bd) - 1}")
+        return list(dict.fromkeys(boundaries))
+    return [int(b) for b in bd[bd["rank"].notna()].sort_values("rank")["boundary"].head(top_k)]
+
+
+def ranking_overrides(system: dict, **flags) -> dict:
+    """system.yaml with the ranking keys a stage's flags override (None = keep)."""
+    system = copy.deepcopy(system)
+    rk = system.setdefault("ranking", {})
+    rk.update({k: v for k, v in flags.items() if v is not None and v is not False})
+    if not 0 <= float(rk.get("min_compute_share", 0)) <= 0.5:
+        raise StageError("min compute share must lie in 0..0.5")
+    check_weights(rk.get("weights", {}) or {})
+    return system
+
+
+def _per_combination(fn, by: list[str]) -> list:
+    """fn(text) for each boundary's text (pruned_by, reason), computed once per distinct text (a few rule
+    combinations among 200k boundaries; a third as many reasons). latency_model.per_distinct does this for
+    columns of scalars; fn here returns lists, which a numpy object array would take apart."""
+    memo = {c: fn(c) for c in dict.fromkeys(by)}
+    return list(map(memo.__getitem__, by))
+
+
+def pruning_summary(df: pd.DataFrame, rules: dict) -> dict:
+    """candidate_pruning.json: counts per rule code and every pruned boundary with its reasons (the columns
+    it needs, taken as lists: 200k boundaries)."""
+    mask = df["pruned"].to_numpy(bool)
+    col = lambda c: df[c].to_numpy(object)[mask].tolist()   # noqa: E731
+    by = col("pruned_by")
+    codes = _per_combination(lambda c: c.split(";"), by)
+    reasons = _per_combination(lambda t: t.split("; "), col("reason"))     # fewer distinct: 58k of 170k at 200k
+    return {"rules": rules, "boundaries": int(len(df)), "pruned": int(mask.sum()),
+            "by_rule": dict(Counter(chain.from_iterable(codes)).most_common()),
+            "candidates": [{"boundary": b, "after_node": n, "rules": c, "reasons": t}
+                           for b, n, c, t in zip(df["boundary"].to_numpy()[mask].tolist(), col("after_node"), codes,
+                                                 reasons)]}
+
+
+# ---- the split advice (split_summary.json) and the what-if model (split_model.json) ----
+
+BEST_COLUMNS = ("boundary", "after_node", "after_layer", "rank", "n_cut_tensors", "comm_bytes", "t_dev_a_us",
+                "link_time_us", "t_dev_b_us", "est_latency_us", "est_energy_j", "throughput_per_s")
+
+
+def _row(r: pd.Series) -> dict:
+    out = {}
+    for c in BEST_COLUMNS:
+        v = r[c]
+        out[c] = v if isinstance(v, str) else (int(v) if c in ("boundary", "rank", "n_cut_tensors") else float(v))
+    return out
+
+
+def split_summary(df: pd.DataFrame, base: dict, system: dict) -> dict:
+    """Baselines, the recommended (rank 1) split, the fastest split, and whether splitting beats both devices."""
+    ranked = df[df["rank"].notna()].sort_values("rank")
+    best = _row(ranked.iloc[0]) if len(ranked) else None
+    fastest = _row(ranked.sort_values(["est_latency_us", "boundary"]).iloc[0]) if len(ranked) else None
+    out = {**base, "candidates": int(len(ranked)), "boundaries": int(len(df)),
+           "ranking": {"by": system.get("ranking", {}).get("by", "score"),
+                       "score": score_text(system.get("ranking", {}).get("weights", {})),
+                       "order": "Pareto layer of (est_latency_us, est_energy_j), then score" if
+                       system.get("ranking", {}).get("by", "score") == "score" else None},
+           "best": best, "fastest": fastest}
+    out["verdict"] = verdict(out)
+    return out
+
+
+def verdict(s: dict) -> dict:
+    """Does the best split beat both single-device baselines, on latency, energy and pipelined throughput?"""
+    best = s.get("best")
+    a, b = s["all_on_a_us"], s["all_on_b_us"]
+    single = "A" if a <= b else "B"
+    if best is None:
+        return {"split_beats_both_latency": False, "split_beats_both_energy": False,
+                "split_beats_both_throughput": False, "fastest_single": single,
+                "advice": f"no split candidate survives the pruning: run everything on device {single} "
+                          f"({min(a, b) / 1e3:.3g} ms)"}
+    lat, en, thr = best["est_latency_us"], best["est_energy_j"], best["throughput_per_s"] or 0.0
+    beats = {"split_beats_both_latency": bool(lat < min(a, b)),
+             "split_beats_both_energy": bool(en < min(s["all_on_a_energy_j"], s["all_on_b_energy_j"])),
+             "split_beats_both_throughput": bool(thr > max(s["all_on_a_throughput_per_s"] or 0,
+                                                         s["all_on_b_throughput_per_s"] or 0))}
+    where = f"b{best['boundary']} (after {best['after_node']}" + (f", {best['after_layer']})" if best["after_layer"] else ")")
+    if beats["split_beats_both_latency"]:
+        text = f"split at {where}: {lat / 1e3:.3g} ms beats all on A ({a / 1e3:.3g} ms) and all on B ({b / 1e3:.3g} ms)"
+    else:
+        text = (f"do not split for latency: all on {single} ({min(a, b) / 1e3:.3g} ms) beats the best split {where} "
+                f"({lat / 1e3:.3g} ms)")
+        if beats["split_beats_both_throughput"]:
+            text += f"; pipelined, the split sustains {thr:.3g}/s, more than either device alone"
+    return {**beats, "fastest_single": single, "advice": text}
+
+
+def _nullable(a: np.ndarray) -> np.ndarray:
+    """Floats; written by write_json(indent=None), NaN and inf become null."""
+    return np.ascontiguousarray(a, dtype=float)
+
+
+def _compact(a: np.ndarray):
+    """One number when every node has the same value, else the array (the page expands it)."""
+    a = np.asarray(a, dtype=float)
+    return float(a[0]) if len(a) and (a == a[0]).all() else _nullable(a)
+
+
+def split_model(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None, system: dict) -> dict:
+    """What the report's what-if panel needs to redo 07 for other device and link figures: O(nodes + boundaries)."""
+    flops, nbytes = node_work(prof)
+    devices = {}
+    for key in ("A", "B"):
+        dev = system["devices"][key]
+        ec, em, ovh = device_factors(prof, dev)
+        devices[key] = {"name": dev.get("name", key), "source": "measured" if measured_source(dev, latency) else "model",
+                        **{k: float(dev[k]) for k in ("peak_flops_per_s", "mem_bw_bytes_per_s", "power_w")},
+                        "ec": _compact(ec), "em": _compact(em), "ovh_us": _compact(ovh)}
+    rk = system.get("ranking", {})
+    by = df["pruned_by"].tolist()
+    static = _per_combination(lambda codes: ";".join(c for c in codes.split(";") if c and c not in DYNAMIC_RULES
+                                                     and c != "near_duplicate"), by)
+    return {"nodes": {"n": len(prof), "flops": _nullable(flops), "bytes": _nullable(nbytes),
+                      "latency_a_us": _nullable(np.nan_to_num(np.asarray(latency, dtype=float), nan=0.0))
+                      if latency is not None else None},
+            "devices": devices, "link": {k: float(system["link"][k]) for k in
+                                         ("bandwidth_bytes_per_s", "latency_us", "energy_per_byte_j")},
+            "link_name": system["link"].get("name", ""),
+            "constraints": {k: (None if v is None else float(v)) for k, v in (system.get("constraints") or {}).items()},
+            "ranking": {"by": rk.get("by", "score"), "weights": check_weights(rk.get("weights", {}) or {}),
+                        "dedup_window": int(rk.get("dedup_window", 0)), "top_k": int(rk.get("top_k", 10))},
+            "boundaries": {"after_node": df["after_node"].tolist(), "after_layer": df["after_layer"].tolist(),
+                           "n_cut_tensors": df["n_cut_tensors"].to_numpy(np.int64).tolist(),
+                           "comm_bytes": df["comm_bytes"].to_numpy(float).tolist(), "static_pruned_by": static}}
+
+
+def print_summary(df: pd.DataFrame, top: pd.DataFrame, pareto: pd.DataFrame, rk: dict, summ: dict) -> None:
+    """07's human summary: pruning, the score and its weights, the top-k, the baselines and the advice."""
+    print(f"{len(df)} boundaries, {int(df['pruned'].sum())} pruned; ranked by {rk.get('by', 'score')}"
+          + (f": Pareto layer of (latency, energy), then score = {score_text(rk.get('weights', {}))} (lower wins)"
+             if rk.get("by", "score") == "score" else "")
+          + f"; Pareto: {int((pareto['front'] == 'comm_imbalance').sum())} (comm, imbalance), "
+            f"{int((pareto['front'] == 'latency_energy').sum())} (latency, energy)")
+    if top.empty:
+        print("no boundary survives the pruning: see candidate_pruning.json (relax --min-compute-share, "
+              "--skip-span, --strict or the constraints)")
+    else:
+        print(f"{'rank':>4} {'b':>5}  {'after node (layer)':<42} {'cut':>3} {'comm KiB':>9} {'t-bal':>5} "
+              f"{'est ms':>8} {'est mJ':>8} {'thr/s':>7}")
+    for r in top.itertuples():
+        name = f"{r.after_node} ({r.after_layer})" if r.after_layer else r.after_node
+        print(f"{int(r.rank):>4} {r.boundary:>5}  {name[:42]:<42} {r.n_cut_tensors:>3} {r.comm_bytes / 1024:>9.1f} "
+              f"{r.time_imbalance:>5.2f} {r.est_latency_us / 1e3:>8.2f} {r.est_energy_j * 1e3:>8.2f} "
+              f"{r.throughput_per_s:>7.1f}")
+    for k in ("a", "b"):
+        d = summ[f"device_{k}"]
+        print(f"all on {k.upper()} ({d['name']}; {d['time_source']}): {summ[f'all_on_{k}_us'] / 1e3:.2f} ms, "
+              f"{summ[f'all_on_{k}_energy_j'] * 1e3:.2f} mJ, {summ[f'all_on_{k}_throughput_per_s'] or 0:.1f}/s")
+    v = summ["verdict"]
+    print(f"splitting {'beats' if v['split_beats_both_latency'] else 'does NOT beat'} both single-device baselines on "
+          f"latency ({'beats' if v['split_beats_both_energy'] else 'not'} on energy, "
+          f"{'beats' if v['split_beats_both_throughput'] else 'not'} on pipelined throughput)")
+    print(f"advice: {v['advice']}")
