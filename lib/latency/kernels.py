@@ -26,7 +26,9 @@ from lib.latency.profiling import LAYOUT_KERNELS, attribute, kernel_times
 KERNEL_COLUMNS = ["kernel", "op", "pattern", "node", "nodes", "n_nodes", "flops", "macs", "weight_bytes",
                   "act_in_bytes", "act_out_bytes", "bytes", "compute_dtype", "dims", "out_numel", "layout",
                   "in_shapes", "out_shapes", "t_us", "p10_us", "p90_us", "runs"]
-INT_TYPES = {"int8", "uint8"}
+VIEW_KERNELS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
+MAC_KERNELS = {"Gemm", "MatMul", "FusedMatMul", "FusedGemm", "Conv", "FusedConv", "QLinearMatMul", "MatMulInteger",
+               "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QGemm", "QLinearConv", "ConvInteger", "NhwcFusedConv"}
 
 
 def _shape_text(shapes) -> str:
@@ -102,6 +104,22 @@ def _metric_arrays(g, metrics: pd.DataFrame) -> dict:
             "dims": df["out_shapes"].fillna("").astype(str).str.split(";").str[0].to_numpy(object)}
 
 
+def _views_to_producers(anchor: dict, ops: dict, optimized: onnx.ModelProto | None, mac: np.ndarray) -> None:
+    """ORT runs a 3-D MatMul+Add as Reshape -> Gemm -> Reshape: the last Reshape writes the original tensor and
+    is mapped onto the MatMul, the Gemm onto nothing. The group goes to the MAC kernel that feeds the view
+    or onto a neighbour's group (it comes first, takes the group; the view becomes a second kernel on it).
+    mac: per original node, whether it does MACs."""
+    if optimized is None:
+        return
+    prod = {o: n.name or f"{n.op_type}_{i}" for i, n in enumerate(optimized.graph.node) for o in n.output}
+    for i, n in enumerate(optimized.graph.node):
+        k = n.name or f"{n.op_type}_{i}"
+        if ops.get(k) in VIEW_KERNELS and anchor.get(k) is not None and mac[anchor[k]] and n.input:
+            p = prod.get(n.input[0])
+            if p is not None and ops.get(p) in MAC_KERNELS and (anchor.get(p) is None or not mac[anchor[p]]):
+                anchor[p] = anchor[k]
+
+
 def _numel(dims: str) -> float:
     try:
         return float(np.prod([int(d) for d in dims.split("x")])) if dims else 0.0
@@ -122,6 +140,7 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
         per_run, shapes = [], {}
     att = attribute(g, optimized, names)
     m = _metric_arrays(g, metrics)
+    _views_to_producers(att["anchor"], ops, optimized, np.nan_to_num(m["macs"]) > 0)
     groups, taken = _groups(att, len(g.nodes)), set()
     rows = []
     for k in names:
@@ -131,7 +150,7 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
                    "act_in_bytes": 0.0, "act_out_bytes": 0.0, "bytes": 0.0, "compute_dtype": "float", "dims": "",
                    "layout": op in LAYOUT_KERNELS}
         elif a in taken or op in LAYOUT_KERNELS:    # a second kernel on a group: layout or copy of its output
-            nb = float(np.nan_to_num(m["act_out"][a]))
+            nb = 0.0 if op in VIEW_KERNELS else float(np.nan_to_num(m["act_out"][a]))   # a view moves no data
             row = {"pattern": op, "node": m["node"][a], "nodes": "", "n_nodes": 0, "flops": 0.0, "macs": 0.0,
                    "weight_bytes": 0.0, "act_in_bytes": nb, "act_out_bytes": nb, "bytes": 2 * nb,
                    "compute_dtype": m["compute_dtype"][a], "dims": m["dims"][a], "layout": True}
