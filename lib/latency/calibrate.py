@@ -53,7 +53,15 @@ def measure_triad(mib_per_array: int = 256, repeats: int = 5) -> float:
 
 
 def _fmt(val) -> str:
-    return f'"{val}"' if isinstance(val, str) else f"{int(val)}" if isinstance(val, int) else f"{val:.4g}"
+    """YAML text of a value: strings quoted, ints as they are, floats in 4 digits with a decimal point (YAML
+    reads 2e+10 as a string, 2.0e+10 as a number)."""
+    if isinstance(val, str):
+        return f'"{val}"'
+    if isinstance(val, int):
+        return f"{val}"
+    text = f"{val:.4g}"
+    mant, e, exp = text.partition("e")
+    return f"{mant}.0e{exp}" if e and "." not in mant else text
 
 
 def update_host_file(path: Path, values: dict) -> None:

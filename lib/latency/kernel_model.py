@@ -87,7 +87,8 @@ def features(kt: pd.DataFrame, host: dict, threads: int) -> tuple[pd.DataFrame, 
 def _categorize(f: pd.DataFrame, categories: dict[str, list[str]]) -> pd.DataFrame:
     f = f.copy()
     for c in CATEGORICAL:
-        f[c] = pd.Categorical(f[c], categories=categories[c])     # unseen values: NaN (LightGBM's missing)
+        known = f[c].where(f[c].isin(categories[c]))          # unseen values: NaN (LightGBM's missing)
+        f[c] = pd.Categorical(known, categories=categories[c])
     return f[CATEGORICAL + NUMERIC]
 
 
@@ -212,9 +213,9 @@ def leave_one_family_out(records: list[dict], host: dict, threads: int = 0,
                          "hi_us": s["interval_us"][1], "unseen": len(s["unseen_kernel_types"])})
             t = r["kernels"]["t_us"].to_numpy(float)
             ok = ~np.isnan(t)
-            resid.append(pd.DataFrame({"type": per["type"][ok], "r": np.log(np.maximum(t[ok], MIN_T_US) /
-                                                                             per["pred_us"].to_numpy()[ok])}))
-    return pd.DataFrame(rows), (pd.concat(resid, ignore_index=True) if resid else pd.DataFrame(columns=["type", "r"]))
+            resid.append(pd.DataFrame({"type": per["type"][ok], "family": fam, "model": r["model"],
+                                       "r": np.log(np.maximum(t[ok], MIN_T_US) / per["pred_us"].to_numpy()[ok])}))
+    return pd.DataFrame(rows), (pd.concat(resid, ignore_index=True) if resid else pd.DataFrame(columns=["type", "family", "model", "r"]))
 
 
 def _score(err: np.ndarray) -> dict:
