@@ -146,6 +146,10 @@ def held_out(records: list[dict], host: dict, threads: int, rounds: int) -> tupl
         a = sc["all"]
         print(f"  held-out (leave-one-family-out), {a['n']} models: {100 * a['within_10']:.0f}% within 10%, "
               f"{100 * a['within_5']:.0f}% within 5%, MAPE {100 * a['mape']:.1f}%, RMSPE {100 * a['rmspe']:.1f}%")
+        k = km.scores(lofo, "predicted_kernel_us", "measured_kernel_us")["all"]
+        print(f"  kernel sums (before the between-kernel overhead): {100 * k['within_10']:.0f}% within 10%, "
+              f"MAPE {100 * k['mape']:.1f}%")
+        sc["kernel_sum"] = k
         for f, v in sc["by_family"].items():
             print(f"    {f:<14} n={v['n']} within 10%: {100 * v['within_10']:.0f}%  MAPE {100 * v['mape']:.1f}%")
     return lofo, resid, sc
