@@ -86,7 +86,8 @@ def group_row(group: list[int], op: str, m: dict) -> dict:
     act_in, act_out = float(np.nan_to_num(m["act_in"][first])), float(np.nan_to_num(m["act_out"][last]))
     own = m["kbytes"][group[0]] if len(group) == 1 else w + act_in + act_out
     dt = m["compute_dtype"][a]
-    return {"pattern": "+".join(str(m["op"][p]) for p in group), "node": m["node"][a],
+    shown = [p for p in group if not m["shape_op"][p]] or [a]     # shape arithmetic ORT folds away: not the pattern
+    return {"pattern": "+".join(str(m["op"][p]) for p in shown), "node": m["node"][a],
             "nodes": ";".join(str(m["node"][p]) for p in group), "n_nodes": len(group),
             "flops": float(np.nansum(m["flops"][group])), "macs": float(np.nansum(m["macs"][group])),
             "weight_bytes": w, "act_in_bytes": act_in, "act_out_bytes": act_out, "bytes": float(own),
@@ -101,6 +102,8 @@ def _metric_arrays(g, metrics: pd.DataFrame) -> dict:
             "weight_bytes": df["weight_bytes"].to_numpy(float), "act_in": df["act_in_bytes"].to_numpy(float),
             "act_out": df["act_out_bytes"].to_numpy(float), "kbytes": kernel_node_bytes(df.reset_index()),
             "compute_dtype": cdt.fillna("float").astype(str).to_numpy(object),
+            "shape_op": (df["shape_op"].fillna(False).astype(bool).to_numpy() if "shape_op" in df else np.zeros(len(df), bool))
+            | np.isin([n.op_type for n in g.nodes], ["Constant", "ConstantOfShape", "Identity", "Dropout"]),
             "dims": df["out_shapes"].fillna("").astype(str).str.split(";").str[0].to_numpy(object)}
 
 
