@@ -98,14 +98,14 @@ def _hf(name: str):
     return Wrap(net.eval()), (torch.randint(0, 1000, (1, seq)), torch.ones(1, seq, dtype=torch.long))
 
 
-def _custom(name: str):
-    """Small hand-written models: recurrent, U-Net, a one-stage detector, keras-style NHWC."""
-    import torch
+def _cbr(cin, cout, s=1, k=3, groups=1):
     from torch import nn
+    return nn.Sequential(nn.Conv2d(cin, cout, k, s, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
 
-    def cbr(cin, cout, s=1, k=3, groups=1):
-        return nn.Sequential(nn.Conv2d(cin, cout, k, s, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout),
-                             nn.ReLU())
+
+def _recurrent(name: str):
+    """LSTM/GRU stacks and a CRNN (conv features -> bidirectional LSTM)."""
+    from torch import nn
 
     class Rnn(nn.Module):
         def __init__(self, cell):
@@ -119,7 +119,7 @@ def _custom(name: str):
     class Crnn(nn.Module):
         def __init__(self):
             super().__init__()
-            self.cnn = nn.Sequential(cbr(1, 32), nn.MaxPool2d(2), cbr(32, 64), nn.MaxPool2d(2), cbr(64, 128),
+            self.cnn = nn.Sequential(_cbr(1, 32), nn.MaxPool2d(2), _cbr(32, 64), nn.MaxPool2d(2), _cbr(64, 128),
                                      nn.MaxPool2d((2, 1)))
             self.rnn = nn.LSTM(128 * 4, 128, bidirectional=True, batch_first=True)
             self.fc = nn.Linear(256, 40)
@@ -128,31 +128,37 @@ def _custom(name: str):
             f = self.cnn(x)
             b, c, h, w = f.shape
             return self.fc(self.rnn(f.permute(0, 3, 1, 2).reshape(b, w, c * h))[0])
+    return {"lstm2": (lambda: Rnn(nn.LSTM), (1, 50, 64)), "gru2": (lambda: Rnn(nn.GRU), (1, 50, 64)),
+            "crnn": (Crnn, (1, 1, 32, 128))}[name]
+
+
+def _dense(name: str):
+    """A U-Net with ConvTranspose, a one-stage detector with an upsampled second head, keras-style NHWC nets."""
+    import torch
+    from torch import nn
 
     class UNet(nn.Module):
         def __init__(self):
             super().__init__()
-            self.d1, self.d2, self.d3 = cbr(3, 16), cbr(16, 32, 2), cbr(32, 64, 2)
+            self.d1, self.d2, self.d3 = _cbr(3, 16), _cbr(16, 32, 2), _cbr(32, 64, 2)
             self.u2, self.u1 = nn.ConvTranspose2d(64, 32, 2, 2), nn.ConvTranspose2d(32, 16, 2, 2)
-            self.c2, self.c1, self.out = cbr(64, 32), cbr(32, 16), nn.Conv2d(16, 2, 1)
+            self.c2, self.c1, self.out = _cbr(64, 32), _cbr(32, 16), nn.Conv2d(16, 2, 1)
 
         def forward(self, x):
             a = self.d1(x)
             b = self.d2(a)
-            c = self.d3(b)
-            b = self.c2(torch.cat([self.u2(c), b], 1))
+            b = self.c2(torch.cat([self.u2(self.d3(b)), b], 1))
             return self.out(self.c1(torch.cat([self.u1(b), a], 1)))
 
     class Yolo(nn.Module):
         def __init__(self):
             super().__init__()
-            self.s1 = nn.Sequential(cbr(3, 16, 2), cbr(16, 32, 2), cbr(32, 64, 2))
-            self.s2, self.s3 = cbr(64, 128, 2), cbr(128, 256, 2)
-            self.lat = nn.Conv2d(256, 128, 1)
+            self.s1 = nn.Sequential(_cbr(3, 16, 2), _cbr(16, 32, 2), _cbr(32, 64, 2), _cbr(64, 128, 2))
+            self.s3, self.lat = _cbr(128, 256, 2), nn.Conv2d(256, 128, 1)
             self.h1, self.h2 = nn.Conv2d(256, 85 * 3, 1), nn.Conv2d(256, 85 * 3, 1)
 
         def forward(self, x):
-            a = self.s2(self.s1(x))
+            a = self.s1(x)
             b = self.s3(a)
             up = nn.functional.interpolate(self.lat(b), scale_factor=2.0, mode="nearest")
             return torch.sigmoid(self.h1(b)), torch.sigmoid(self.h2(torch.cat([up, a], 1)))
@@ -162,20 +168,21 @@ def _custom(name: str):
         def __init__(self, dw: bool):
             super().__init__()
             chans = [(3, 32, 2), (32, 64, 1), (64, 64, 2), (64, 128, 1), (128, 128, 2)]
-            self.blocks = nn.ModuleList([nn.Sequential(cbr(ci, ci, s, groups=ci), cbr(ci, co, k=1)) if dw and ci > 3
-                                         else cbr(ci, co, s) for ci, co, s in chans])
+            self.blocks = nn.ModuleList([nn.Sequential(_cbr(ci, ci, s, groups=ci), _cbr(ci, co, k=1)) if dw and ci > 3
+                                         else _cbr(ci, co, s) for ci, co, s in chans])
             self.fc = nn.Linear(128, 10)
 
         def forward(self, x):
             for b in self.blocks:
                 x = b(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
             return self.fc(x.mean((1, 2)))
+    return {"unet_small": (UNet, (1, 3, 128, 128)), "yolo_tiny": (Yolo, (1, 3, 256, 256)),
+            "keras_cnn": (lambda: Nhwc(False), (1, 160, 160, 3)), "keras_mbv2": (lambda: Nhwc(True), (1, 160, 160, 3))}[name]
 
-    models = {"lstm2": (lambda: Rnn(nn.LSTM), (1, 50, 64)), "gru2": (lambda: Rnn(nn.GRU), (1, 50, 64)),
-              "crnn": (Crnn, (1, 1, 32, 128)), "unet_small": (UNet, (1, 3, 128, 128)),
-              "yolo_tiny": (Yolo, (1, 3, 256, 256)), "keras_cnn": (lambda: Nhwc(False), (1, 160, 160, 3)),
-              "keras_mbv2": (lambda: Nhwc(True), (1, 160, 160, 3))}
-    make, shape = models[name]
+
+def _custom(name: str):
+    import torch
+    make, shape = (_recurrent if name in ("lstm2", "gru2", "crnn") else _dense)(name)
     return make(), (torch.randn(*shape),)
 
 
