@@ -219,7 +219,8 @@ def leave_one_family_out(records: list[dict], host: dict, threads: int = 0,
             ok = ~np.isnan(t)
             resid.append(pd.DataFrame({"type": per["type"][ok], "family": fam, "model": r["model"],
                                        "r": np.log(np.maximum(t[ok], MIN_T_US) / per["pred_us"].to_numpy()[ok])}))
-    return pd.DataFrame(rows), (pd.concat(resid, ignore_index=True) if resid else pd.DataFrame(columns=["type", "family", "model", "r"]))
+    empty = pd.DataFrame(columns=["type", "family", "model", "r"])
+    return pd.DataFrame(rows), (pd.concat(resid, ignore_index=True) if resid else empty)
 
 
 def _score(err: np.ndarray) -> dict:

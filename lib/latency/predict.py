@@ -56,7 +56,8 @@ def predict_session(g, metrics: pd.DataFrame, model_path, host: dict, latency_mo
     except StageError as e:
         km, out["note_kernel_model"] = None, str(e)
     if km is None or g is None:
-        why = "no graph (run 03 with --model)" if km is not None else f"no kernel model in {latency_model_file} (run make calibrate)"
+        why = ("no graph (run 03 with --model)" if km is not None
+               else f"no kernel model in {latency_model_file} (run make calibrate)")
         return {**out, "predicted_latency_us": baseline_us, "interval_us": None, "predicted_by": "baseline",
                 "note_kernel_model": out.get("note_kernel_model", why)}
     pred = kernel_prediction(km, g, metrics, optimized_graph(model_path, rdir), host)
@@ -66,6 +67,7 @@ def predict_session(g, metrics: pd.DataFrame, model_path, host: dict, latency_mo
 
 
 ORT_SLOW_NODES = 20_000     # from here ONNX Runtime's session creation takes long enough to say so first
+KERNEL_MODEL_MAX_NODES = 20_000     # larger graphs keep the baseline (stage 03 stays fast at 200k nodes)
 
 
 def _graph_and_fusions(df: pd.DataFrame, measured: bool, rdir: Path, model) -> tuple[object, str]:
@@ -80,6 +82,8 @@ def _graph_and_fusions(df: pd.DataFrame, measured: bool, rdir: Path, model) -> t
         print(f"note: ONNX Runtime optimizes the {len(df):,}-node graph to find its fusions; its optimizer is "
               f"superlinear (37 s at 50k nodes on 2 cores, over 10 min at 200k): leave out --model to predict "
               f"without fusions", flush=True)
+    if measured and len(df) >= KERNEL_MODEL_MAX_NODES:
+        return None, fusion
     graph = analysed(rdir, model)[0].graph
     if not measured:
         try:
@@ -100,8 +104,13 @@ def stage_prediction(df: pd.DataFrame, measured: bool, host: dict, rdir: Path, m
     graph, fusion = _graph_and_fusions(df, measured, rdir, model)
     t, info = predict_profile(df, host, latency_model_file)
     df["t_pred_us"] = t
+    if len(df) >= KERNEL_MODEL_MAX_NODES:
+        graph = None            # the kernel table and the trees over every kernel: seconds at 200k nodes
     try:
         pred = predict_session(graph, df, model, host, latency_model_file, info["predicted_latency_us"], rdir)
+        if graph is None and model and len(df) >= KERNEL_MODEL_MAX_NODES:
+            pred["note_kernel_model"] = (f"kernel model not run on {len(df):,} nodes (from "
+                                         f"{KERNEL_MODEL_MAX_NODES:,}): the baseline stands")
     except StageError as e:     # ORT cannot create a session for the optimized graph: the baseline stands
         pred = {"baseline_latency_us": info["predicted_latency_us"], "predicted_latency_us": info["predicted_latency_us"],
                 "interval_us": None, "predicted_by": "baseline", "note_kernel_model": str(e)}
