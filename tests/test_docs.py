@@ -1,6 +1,6 @@
 """docs/artifacts.md against the writers: the stages run on a small model and every CSV's header (and every
 JSON's top-level keys) must be what the page documents, in the writer's order; every file written has a
-section."""
+section. README.md stays a page for users (<= 250 lines) whose links point at files that exist."""
 from __future__ import annotations
 
 import csv
@@ -70,3 +70,13 @@ def test_every_file_written_is_documented_with_its_columns(written):
 
 def test_sweep_columns_match_the_writer():
     assert documented()["sweep.csv"] == SWEEP_COLUMNS
+
+
+def test_readme_is_short_and_its_links_exist():
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 250
+    for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+        assert (REPO / link).exists(), f"README links to {link}, which does not exist"
+    for page in (REPO / "docs").glob("*.md"):
+        for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / link).exists(), f"{page.name} links to {link}, which does not exist"
