@@ -13,11 +13,9 @@ import heapq
 from itertools import islice
 
 import numpy as np
+import pandas as pd
 
-from lib import lazy_import
 from lib.onnx.graph import Graph, GraphArrays, constant_tensors, graph_arrays
-
-pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
 
 MAX_NAMES = 16  # cut tensor names listed per boundary (the count is always exact)
 SWEEP_COLUMNS = {"boundary": "int64", "after_node": "str", "cut_tensors": "str", "n_cut_tensors": "int64",

@@ -16,13 +16,11 @@ from collections import Counter
 from itertools import chain
 
 import numpy as np
+import pandas as pd
 
-from lib import lazy_import
 from lib.errors import StageError
 from lib.provenance import same_inputs
 from lib.analysis.roofline import known_or_zero, node_bytes
-
-pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
 
 # pruning rules that depend on what the what-if panel changes (device and link figures); the others are static
 DYNAMIC_RULES = ("max_latency_us", "max_energy_j", "rate_hz")
