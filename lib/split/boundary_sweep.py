@@ -76,7 +76,7 @@ def _names_and_blocks(n, a: GraphArrays, cross, prod, last, skips) -> tuple[list
 
 def sweep_columns(a: GraphArrays | Graph, skip_block_min_span: int = 4, skip_block_max_share: float = 0.25) -> dict:
     """Per-boundary cut tensors, Comm(b), live bytes, strictness and skip-block membership: the columns as numpy
-    arrays and lists, without pandas (stage 07 computes them in a child forked before it loads pandas, 0.3 s).
+    arrays and lists (sweep_frame makes them a table).
     Empty when there is nothing to cut (a result, not an error: sweep_frame gives an empty table)."""
     if isinstance(a, Graph):
         a = graph_arrays(a, constant_tensors(a))
