@@ -12,6 +12,7 @@ from lib.artifacts import TEXT_COLUMNS
 from lib.errors import StageError
 from lib.onnx.graph import CONTROL_FLOW, Graph, constant_tensors, dtype_name, shape_tensors
 from lib.onnx.ops import SHAPE_OPS, lookup, op_key
+from lib.onnx.ops_ml import ML_DOMAIN, attribute_bytes, sequence_bytes
 
 pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
 
@@ -119,6 +120,9 @@ def node_metrics(g: Graph, consts: set[str] | None = None, along: parallel.Task 
                             act_out = None
                             break
                         act_out += info.nbytes
+                if n.domain == ML_DOMAIN:   # classical-ML parameters are attributes (tree tables, coefficients)
+                    w += attribute_bytes(n)
+                    act_out = sequence_bytes(n, g) if act_out is None else act_out   # ZipMap: no tensor shape
             main = tget(outs[0]) if outs else None
             if main is None or n.op_type in ("QuantizeLinear", "Cast"):
                 main = (tget(n.input[0]) if n.input else None) or main
