@@ -485,11 +485,27 @@ def split_summary(df: pd.DataFrame, base: dict, system: dict) -> dict:
     return out
 
 
+SMALL_MODEL_NODES = 5      # a classifier of a few ai.onnx.ml nodes (a tree ensemble, a ZipMap): nothing to split
+
+
+def small_model_note(nodes: int) -> str | None:
+    """The plain advice for a model too small to split (None for the others)."""
+    if nodes > SMALL_MODEL_NODES:
+        return None
+    return (f"nothing worth splitting: the model has {nodes} nodes (at most {SMALL_MODEL_NODES}), its work cannot "
+            f"be shared between two devices usefully; run it whole on one device")
+
+
 def verdict(s: dict) -> dict:
     """Does the best split beat both single-device baselines, on latency, energy and pipelined throughput?"""
     best = s.get("best")
     a, b = s["all_on_a_us"], s["all_on_b_us"]
     single = "A" if a <= b else "B"
+    small = small_model_note(s["boundaries"] + 1)
+    if small:
+        return {"split_beats_both_latency": False, "split_beats_both_energy": False,
+                "split_beats_both_throughput": False, "fastest_single": single, "worth_splitting": False,
+                "advice": f"{small} (device {single}: {min(a, b) / 1e3:.3g} ms)"}
     if best is None:
         return {"split_beats_both_latency": False, "split_beats_both_energy": False,
                 "split_beats_both_throughput": False, "fastest_single": single,
