@@ -19,6 +19,7 @@ from typing import Callable
 
 from lib.onnx.graph import Graph
 from lib.onnx.graph import attr as _attr
+from lib.onnx.ops_ml import OPS as ML_OPS
 
 Cost = tuple[float, float]          # (flops, macs)
 
@@ -325,6 +326,10 @@ for _key, _of in {"com.microsoft:Gelu": "Gelu", "com.microsoft:QLinearAdd": "Add
                   "com.microsoft:QLinearConcat": "Concat", "com.microsoft:QLinearGlobalAveragePool": "GlobalAveragePool",
                   "com.microsoft:QLinearAveragePool": "AveragePool"}.items():
     alias(_key, _of)
+
+# classical ML (ai.onnx.ml) and random ops: their formulas live in lib/onnx/ops_ml.py
+for _key, (_cls, _cost) in ML_OPS.items():
+    register(_key, op_class=_cls)(_cost)
 
 
 def markdown_table() -> str:
