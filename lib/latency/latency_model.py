@@ -50,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from lib.errors import StageError
+from lib.onnx.ops import names_with
 
 FORMAT = "nn-perf/latency-model/1"
 PARAMS = ("overhead_us", "e_max", "f_half", "gamma", "m")
@@ -59,11 +60,10 @@ PRIOR_SIGMA = {"overhead_us": 30.0, "e_max": 30.0, "f_half": 40.0, "gamma": 10.0
 # calibrated while other work held the cores), and the fit must still follow the data (calibrate warns)
 BOUNDS = {"overhead_us": (0.05, 5e4), "e_max": (1e-5, 1e3), "f_half": (1.0, 1e13), "gamma": (0.2, 4.0),
           "m": (1e-5, 1e4)}
-INT8_OPS = {"ConvInteger", "QLinearConv", "MatMulInteger", "QLinearMatMul", "QGemm", "DynamicQuantizeMatMul",
-            "MatMulIntegerToFloat", "QAttention", "DynamicQuantizeLSTM"}
+INT8_OPS = names_with("int8")       # op facts live in the registry (lib/onnx/ops.py)
 INT8_TYPES = {"int8", "uint8"}
-VIEW_OPS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout", "Shape", "Size"}
-PICK_OPS = {"Gather", "GatherElements", "GatherND", "Slice"}
+VIEW_OPS = names_with("view")
+PICK_OPS = names_with("pick")
 DEFAULT_FALLBACK = {"recurrent": "matmul", "control_flow": "default", "other": "default",
                     "conv_grouped": "conv", "gemm": "matmul", "reduce": "softmax", "shape": "data_movement"}
 REFINE_MIN_POINTS = 4

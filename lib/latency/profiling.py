@@ -28,9 +28,10 @@ import onnx
 import pandas as pd
 
 from lib.errors import StageError
+from lib.onnx.costs import node_cost
 from lib.onnx.graph import CONTROL_FLOW, Graph
 from lib.onnx.reader import attribute_subgraphs
-from lib.onnx.ops import is_mac_op, node_cost, op_key
+from lib.onnx.ops import is_mac_op, op_key
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
              "tensorrt": "TensorrtExecutionProvider", "dml": "DmlExecutionProvider",

@@ -15,13 +15,14 @@ from itertools import chain, compress, repeat
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from lib.errors import StageError
-from lib.onnx.reader import SUB_BYTE, attribute_subgraphs, elem_size, read_light
+from lib.onnx.ops import names_with
+from lib.onnx.reader import SUB_BYTE, attr, attribute_subgraphs, elem_size, read_light  # noqa: F401 (attr: re-exported)
 
-RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
-CONTROL_FLOW = {"If", "Loop", "Scan"}
+RANDOM_OPS = names_with("random")
+CONTROL_FLOW = names_with("control_flow")
 MAX_VALUE_ELEMENTS = 4096      # constants kept as values (shape arithmetic, conditions, trip counts)
 
 
@@ -282,14 +283,6 @@ def _topological(ins: list[list[str]], outs: list[list[str]], available: set[str
         stuck = next(i for i in range(len(ins)) if indeg[i] > 0)
         raise StageError(f"the graph has a cycle through node {names[stuck]!r}: not a valid ONNX DAG")
     return order, False
-
-
-def attr(node: onnx.NodeProto, name: str, default=None):
-    """A node attribute's value (the one helper every module uses)."""
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
 
 
 def outer_reads(node: onnx.NodeProto) -> list[str]:

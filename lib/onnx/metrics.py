@@ -10,8 +10,9 @@ from lib import lazy_import, parallel
 from lib.onnx.control_flow import cost_note
 from lib.artifacts import TEXT_COLUMNS
 from lib.errors import StageError
+from lib.onnx.costs import node_cost
 from lib.onnx.graph import CONTROL_FLOW, Graph, constant_tensors, dtype_name, shape_tensors
-from lib.onnx.ops import SHAPE_OPS, lookup, op_key
+from lib.onnx.ops import SHAPE_OPS, lookup, names_with, op_key
 
 pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
 
@@ -70,8 +71,7 @@ def stored_bytes(g: Graph, consts: set[str]) -> tuple[dict[str, int], set[int]]:
 
 CHILD_SHARE_ALONG = 1 / 3     # rows for the child that saves the graph first (saving takes a third of their time)
 
-STORED_CHAIN = {"DequantizeLinear", "Identity", "Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
-                "QuantizeLinear"}
+STORED_CHAIN = names_with("stored_chain")
 
 
 def node_metrics(g: Graph, consts: set[str] | None = None, along: parallel.Task | None = None,
@@ -103,7 +103,7 @@ def node_metrics(g: Graph, consts: set[str] | None = None, along: parallel.Task 
                 kind = ops[n.op_type, n.domain] = (op, op_key(n) if op is None else op.key,
                                                    "other" if op is None else op.op_class)
             op, key, cls = kind
-            cost = None if op is None else op.cost(n, g)
+            cost = None if op is None else node_cost(n, g, op) if op.control_flow else op.cost(n, g)
             act_in = act_out = w = 0
             if pos not in folded:
                 for t in ins:       # constants are weight bytes, the rest activations (None: a size unknown)
