@@ -32,7 +32,7 @@ from onnx import helper, numpy_helper, shape_inference
 from lib import parallel
 from lib.errors import StageError
 from lib.onnx.graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS, NodeTable
-from lib.onnx.graph import outer_reads
+from lib.onnx.graph import TensorInfo, _small_values, _tensor_infos, add_constant_infos, outer_reads
 from lib.onnx.ops import lookup
 from lib.onnx.reader import attribute_subgraphs, with_metadata
 
@@ -345,7 +345,6 @@ def _parsed(model: onnx.ModelProto | bytes) -> onnx.ModelProto:
 
 def _parse(model: onnx.ModelProto, constants: bool = True) -> tuple[dict, set[str]]:
     """TensorInfo of every typed tensor of the main graph, and the names typed as something else (sequences)."""
-    from lib.onnx.graph import _tensor_infos
     other: set[str] = set()
     tensors = _tensor_infos(model.graph, other, constants)
     return tensors, other
@@ -372,7 +371,6 @@ def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None,
     with its weights, feeds_fn() its inputs. table: the model's NodeTable, when the caller has it; ahead: what
     inference_ahead() yields (waiting for onnx's strict inference of the model and its shapes: called once the
     work that needs no shapes is done, so that it overlaps the child's inference)."""
-    from lib.onnx.graph import TensorInfo, _small_values, add_constant_infos
     table = table if table is not None and len(table.ops) == len(model.graph.node) else None   # the model's own
     want = _wanted(model, table)
     values = _small_values(model.graph, table)

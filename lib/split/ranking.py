@@ -21,6 +21,7 @@ from lib import lazy_import
 from lib.errors import StageError
 from lib.provenance import same_inputs
 from lib.analysis.roofline import known_or_zero, node_bytes
+from lib.latency.latency_model import model_for_device
 
 pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
 
@@ -55,7 +56,6 @@ _FACTORS: dict = {}
 
 def _model_factors(prof: pd.DataFrame, device: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n = len(prof)
-    from lib.latency.latency_model import model_for_device
     lm = model_for_device(device, device["latency_model"])
     att = prof["attribution"].fillna("").astype(str) if "attribution" in prof else pd.Series([""] * n)
     return lm.factors(prof, float(device["peak_flops_per_s"]), float(device["mem_bw_bytes_per_s"]),
