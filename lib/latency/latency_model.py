@@ -53,6 +53,7 @@ import onnx
 import pandas as pd
 import yaml
 
+from lib.analysis.device_time import device_terms, with_overhead
 from lib.analysis.roofline import known_or_zero, node_bytes
 from lib.artifacts import REPO, atomic_path, load_yaml
 from lib.errors import StageError
@@ -166,14 +167,13 @@ def _terms(p: dict, flops, nbytes, peak, bw: float) -> tuple[np.ndarray, np.ndar
     b = np.nan_to_num(np.asarray(nbytes, float))
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         eff = p["e_max"] / (1.0 + np.power(p["f_half"] / np.maximum(f, 1e-30), p["gamma"]))
-        tc = np.where(f > 0, f / (peak * eff) * 1e6, 0.0)
-    return tc, b / (bw * p["m"]) * 1e6
+        tc, tm = device_terms(f, b, peak, bw, eff, p["m"], scale=1e6)    # lib/analysis/device_time.py
+    return np.where(f > 0, tc, 0.0), tm
 
 
 def model_time(p: dict, flops: np.ndarray, nbytes: np.ndarray, peak: np.ndarray, bw: float) -> np.ndarray:
     """The formula of the module docstring (us), vectorised; NaN flops/bytes drop their term."""
-    tc, tm = _terms(p, flops, nbytes, peak, bw)
-    return p["overhead_us"] + np.maximum(tc, tm)
+    return with_overhead(*_terms(p, flops, nbytes, peak, bw), p["overhead_us"])
 
 
 def anchors_of(df: pd.DataFrame, fused_into) -> np.ndarray:
@@ -241,7 +241,7 @@ class LatencyModel:
         # batched shapes): the factors fitted on calibration models (never the model predicted)
         f = per_distinct(lambda c: self.in_model.get(c, 1.0), cls.to_numpy(object)).astype(float)
         tc, tm, ov = tc * f, tm * f, ov * f
-        t = ov + np.maximum(tc, tm)
+        t = with_overhead(tc, tm, ov)
         if include_dispatch:
             t = t + float(self.dispatch.get("per_kernel_us", 0.0))
         if fused is not None:

@@ -20,6 +20,7 @@ import numpy as np
 from lib import lazy_import
 from lib.errors import StageError
 from lib.provenance import same_inputs
+from lib.analysis.device_time import device_time
 from lib.analysis.roofline import known_or_zero, node_bytes
 from lib.latency.latency_model import model_for_device
 
@@ -69,7 +70,7 @@ def node_work(prof: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def modelled_times(flops, nbytes, peak: float, bw: float, ec, em, ovh) -> np.ndarray:
     """ovh + max(flops / (peak * ec), bytes / (bw * em)) in us; an unknown max counts 0 (known_or_zero)."""
-    roof = np.maximum(flops / (peak * ec), nbytes / (bw * em)) * 1e6
+    roof = device_time(flops, nbytes, peak, bw, ec, em, scale=1e6)
     return known_or_zero(roof)[0] + ovh
 
 
