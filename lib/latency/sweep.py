@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from lib import cli
+from lib.analysis.device_time import device_time
 from lib.analysis.roofline import node_bytes
 from lib.artifacts import CONFIGS, REPO, atomic_path, read_csv, results_dir, versions, write_csv, write_json
 from lib.errors import StageError
@@ -133,7 +134,7 @@ def compare(rdir: str | Path, model, peaks, bw: float, roles_ort: pd.DataFrame |
         out.update(measured(meta))
     # the plain roofline, for reference (nodes that run; unknown costs count 0)
     pk = peak_per_row(metrics, peaks)
-    roof = np.maximum(np.nan_to_num(flops.to_numpy()) / pk, np.nan_to_num(allb.to_numpy()) / bw) * 1e6
+    roof = device_time(np.nan_to_num(flops.to_numpy()), np.nan_to_num(allb.to_numpy()), pk, bw, scale=1e6)
     if lat is not None:
         roof = np.where(fused_mask(metrics, lat)[0], 0.0, roof)
     out["roofline_us"] = float(roof.sum())
