@@ -60,6 +60,7 @@ def test_op_facts_are_registry_flags():
     assert {"QLinearConv", "QGemm", "MatMulInteger"} <= names_with("int8") and "Conv" not in names_with("int8")
     assert {"DequantizeLinear", "Cast", "Transpose"} <= names_with("stored_chain")
     assert {"RandomNormal", "Bernoulli"} <= names_with("random")
+    assert names_with("reads_shape") == {"Shape", "Size"}
     assert REGISTRY["com.microsoft:QGemm"].int8 and REGISTRY["If"].control_flow
 
 

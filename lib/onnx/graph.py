@@ -23,6 +23,7 @@ from lib.onnx.reader import SUB_BYTE, attr, attribute_subgraphs, elem_size, read
 
 RANDOM_OPS = names_with("random")
 CONTROL_FLOW = names_with("control_flow")
+SHAPE_READERS = names_with("reads_shape")      # Shape, Size
 MAX_VALUE_ELEMENTS = 4096      # constants kept as values (shape arithmetic, conditions, trip counts)
 
 
@@ -376,7 +377,7 @@ def shape_tensors(g: Graph, consts: set[str]) -> set[str]:
     alone, e.g. Shape -> Gather -> Unsqueeze -> Concat feeding a Reshape. Zero FLOPs, marked as shape ops."""
     shp: set[str] = set()
     for op, ins, outs in zip(g.op_types, g.node_inputs, g.node_outputs):
-        if op in ("Shape", "Size") or (not shp.isdisjoint(ins) and all(t in shp or t in consts for t in ins)):
+        if op in SHAPE_READERS or (not shp.isdisjoint(ins) and all(t in shp or t in consts for t in ins)):
             shp.update(outs)
     return shp
 

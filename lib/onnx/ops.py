@@ -43,9 +43,10 @@ class Op:
     stored_chain: bool = False      # on constants, a no-op link of a quantized weight's chain: stored bytes
     random: bool = False            # draws random numbers: never folded into a constant or propagated
     control_flow: bool = False      # runs subgraph bodies (If, Loop, Scan)
+    reads_shape: bool = False       # reads its input's shape alone, never its values (Shape, Size)
 
 
-FLAGS = ("view", "pick", "int8", "stored_chain", "random", "control_flow")
+FLAGS = ("view", "pick", "int8", "stored_chain", "random", "control_flow", "reads_shape")
 REGISTRY: dict[str, Op] = {}
 
 
@@ -358,6 +359,7 @@ register("If", "Loop", "Scan", op_class="control_flow", control_flow=True)(contr
 # ---------------------------------------------------------------- flags
 
 flag("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout", "Shape", "Size", view=True)
+flag("Shape", "Size", reads_shape=True)
 flag("Gather", "GatherElements", "GatherND", "Slice", pick=True)
 flag("DequantizeLinear", "QuantizeLinear", "Identity", "Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
      "Flatten", stored_chain=True)

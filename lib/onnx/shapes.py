@@ -31,7 +31,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from lib import parallel
 from lib.errors import StageError
-from lib.onnx.graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS, NodeTable
+from lib.onnx.graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS, SHAPE_READERS, NodeTable
 from lib.onnx.graph import TensorInfo, _small_values, _tensor_infos, add_constant_infos, outer_reads
 from lib.onnx.ops import lookup
 from lib.onnx.reader import attribute_subgraphs, with_metadata
@@ -181,7 +181,7 @@ def propagate_values(model: onnx.ModelProto, shapes: dict[str, list[int]], value
                 or all(o in values for o in node.output if o):
             continue
         ins = [t for t in node.input]
-        if node.op_type in ("Shape", "Size"):
+        if node.op_type in SHAPE_READERS:
             if ins[0] not in shapes:
                 continue
             args, shp = [], shapes[ins[0]]
