@@ -8,12 +8,10 @@ count an unknown time as 0 and report how many nodes that was (unknown_time_node
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
-from lib import lazy_import
 from lib.analysis.device_time import device_time
 from lib.host import per_dtype
-
-pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
 
 BYTE_COLUMNS = ["act_in_bytes", "act_out_bytes", "weight_bytes"]
 LATENCY_COLUMNS = ["latency_us", "p10_us", "p90_us", "runs", "attribution", "fused_into"]

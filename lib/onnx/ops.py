@@ -21,6 +21,7 @@ import numpy as np
 from onnx import helper, numpy_helper
 
 from lib.onnx.control_flow import control_flow_cost
+from lib.onnx.ops_ml import OPS as ML_OPS
 from lib.onnx.reader import attr as _attr
 
 Cost = tuple[float, float]          # (flops, macs)
@@ -459,6 +460,10 @@ for _key, _of in {"com.microsoft:Gelu": "Gelu", "com.microsoft:QLinearAdd": "Add
                   "com.microsoft:QLinearConcat": "Concat", "com.microsoft:QLinearGlobalAveragePool": "GlobalAveragePool",
                   "com.microsoft:QLinearAveragePool": "AveragePool"}.items():
     alias(_key, _of)
+
+# classical ML (ai.onnx.ml) and random ops: their formulas live in lib/onnx/ops_ml.py
+for _key, (_cls, _cost) in ML_OPS.items():
+    register(_key, op_class=_cls)(_cost)
 
 
 def markdown_table() -> str:

@@ -21,7 +21,6 @@ import re
 import subprocess
 import sys
 import tempfile
-from contextlib import contextmanager
 from itertools import chain, filterfalse
 from pathlib import Path
 
@@ -29,7 +28,6 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from lib import parallel
 from lib.errors import StageError
 from lib.onnx.graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS, SHAPE_READERS, NodeTable
 from lib.onnx.graph import TensorInfo, _small_values, _tensor_infos, add_constant_infos, outer_reads
@@ -69,31 +67,8 @@ def _nesting_depth(g: onnx.GraphProto) -> int:
 
 
 def _strict_infer(model: onnx.ModelProto) -> onnx.ModelProto:
-    return onnx.ModelProto.FromString(_strict_infer_bytes(model))
-
-
-def _strict_infer_bytes(model: onnx.ModelProto) -> bytes:
-    """onnx's strict inference with data propagation (check_type, strict_mode, data_prop), serialized as its
-    C++ returns it (what infer_shapes() parses): for a caller that sends it on, 0.1 s at 200k nodes not spent
-    serializing it again."""
-    return shape_inference.C.infer_shapes(model.SerializeToString(), True, True, True)
-
-
-@contextmanager
-def inference_ahead(model: onnx.ModelProto, prepare_fn):
-    """onnx's strict inference of `model` as prepare_fn(model) leaves it (inputs fixed), and the reading of its
-    shapes, started at once in a forked child (lib/parallel.py) while the caller validates the model and fixes
-    its inputs. Yields a function that waits for it: (the inferred model serialized, _parse() of it), or None
-    when the child failed or did not run (small graph, one core), so that infer() runs the inference itself,
-    with its fallbacks and messages. onnx's inference holds the GIL: a thread would not overlap."""
-    def child():
-        prepare_fn(model)       # the child's copy of the model
-        data = _strict_infer_bytes(model)
-        # TensorInfos of one type are pickled once; the Constant outputs are added by infer(), which has the nodes
-        return data, *_parse(onnx.ModelProto.FromString(data), constants=False)
-
-    with parallel.Future(child, inline=len(model.graph.node) < parallel.MIN_ITEMS, fallback=lambda: None) as ahead:
-        yield ahead.result
+    """onnx's strict inference with data propagation (check_type, strict_mode, data_prop)."""
+    return onnx.ModelProto.FromString(shape_inference.C.infer_shapes(model.SerializeToString(), True, True, True))
 
 
 def _checked_infer(model: onnx.ModelProto, full_fn) -> onnx.ModelProto:
@@ -321,9 +296,7 @@ def _shape_of(vi) -> list[int]:
 class Inferred:
     """The shape-inferred graph (weights stripped), its tensors' types and shapes, and what the chain learnt on
     the way: where each shape not from onnx's inference came from, small values, a note on the execution.
-    `model` may come serialized (from inference_ahead's child): it is parsed when first asked for, which
-    stage 02 never does (it saves the bytes as they are, tagged: tagged_bytes; parsing takes 0.2 s at 200k
-    nodes)."""
+    `model` may come serialized: it is parsed when first asked for (stage 02 saves it as it is: tagged_bytes)."""
     def __init__(self, model: onnx.ModelProto | bytes, tensors, source, values, executed_note=""):
         self._model, self.tensors, self.source, self.values = model, tensors, source, values
         self.executed_note = executed_note
@@ -366,22 +339,15 @@ def _wanted(model: onnx.ModelProto, table=None) -> list[str]:
     return list(filter(used.__contains__, chain.from_iterable(outs)))
 
 
-def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None, ahead=None) -> Inferred:
+def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None) -> Inferred:
     """Run the chain on a model whose inputs are fixed. For the execution step only: full_fn() gives the model
-    with its weights, feeds_fn() its inputs. table: the model's NodeTable, when the caller has it; ahead: what
-    inference_ahead() yields (waiting for onnx's strict inference of the model and its shapes: called once the
-    work that needs no shapes is done, so that it overlaps the child's inference)."""
+    with its weights, feeds_fn() its inputs. table: the model's NodeTable, when the caller has it."""
     table = table if table is not None and len(table.ops) == len(model.graph.node) else None   # the model's own
     want = _wanted(model, table)
     values = _small_values(model.graph, table)
     control_flow = _needs_values(model, table)
-    got = ahead() if ahead is not None else None
-    if got is not None:
-        m1, tensors, other = got      # m1 serialized
-        add_constant_infos(tensors, model.graph, table)
-    else:
-        m1 = _checked_infer(model, full_fn)
-        tensors, other = _parse(m1)
+    m1 = _checked_infer(model, full_fn)
+    tensors, other = _parse(m1)
     if other:       # the nodes and outputs inference leaves as they are, without the sequence typed ones
         want = list(filterfalse(other.__contains__, want))
 

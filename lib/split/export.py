@@ -40,7 +40,7 @@ from lib.onnx.graph import Graph, _unique_names, constant_tensors
 from lib.onnx.reader import all_tensors, read_light
 from lib.provenance import same_inputs
 from lib.split.diagram import render
-from lib.split.runner import check, session
+from lib.split.runner import as_array, check, session
 
 
 class ModelRunError(StageError):
@@ -370,6 +370,7 @@ def validate(split_dir: Path, feeds: dict[str, np.ndarray], atol: float, rtol: f
     ref = _cut_reference(split_dir, full_model, cut, g, feeds, ort)
     cut_report = {}
     for t, r in zip(cut, ref):
+        mid[t], r = as_array(mid[t]), as_array(r)     # a sequence or map as an array
         diff = np.abs(mid[t].astype(np.float64) - r.astype(np.float64))
         cut_report[t] = {"max_abs_diff": float(diff.max()) if diff.size else 0.0,
                          "max_abs_value": float(np.abs(r).max()) if r.size else 0.0,
@@ -532,13 +533,16 @@ def split_line(r: dict) -> str:
             f"(run back to back: {lat['composed_us'] / 1e3:.2f} ms)")
 
 
-def closing_line(reports: list[dict], kept: list[dict], s: dict, atol: float, path: Path) -> str:
-    """What the stage did and what the report holds."""
+def closing_line(reports: list[dict], kept: list[dict], s: dict, atol: float, path: Path, small: str | None = None) -> str:
+    """What the stage did and what the report holds; `small`: the advice for a model too small to split
+    (lib/split/ranking.py small_model_note), said first."""
     earlier = f"{len(kept)} earlier splits ({', '.join('b%d' % r['boundary'] for r in kept)})"
+    first = f"{small}\n" if small else ""
     if not reports:
-        return ("nothing to split: no boundary is ranked (07 pruned them all: see candidate_pruning.json, or pass "
-                "--boundary B); " + (f"{path} keeps {earlier}" if kept else f"wrote an empty report {path}"))
-    return (f"{len(reports)} splits exported, {sum(r['pass'] is True for r in reports)} validated; worst max |diff| "
+        why = "" if small else " (07 pruned them all: see candidate_pruning.json, or pass --boundary B)"
+        return (f"{first}nothing to split: no boundary is ranked{why}; "
+                + (f"{path} keeps {earlier}" if kept else f"wrote an empty report {path}"))
+    return first + (f"{len(reports)} splits exported, {sum(r['pass'] is True for r in reports)} validated; worst max |diff| "
             f"{s['worst_max_abs_diff']:.2e} (atol {atol:g}); wrote {path}" + (f", which also keeps {earlier}" if kept else ""))
 
 

@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +120,25 @@ def choose_inputs(a, meta, full):
     return make_inputs(full, meta, a.seed, parse_overrides(a.shape_override)), None
 
 
+def as_array(v):
+    """An ORT output as an array to compare: a tensor as it is; a sequence of maps (ZipMap's class
+    probabilities) as a 2-D array, one row per map, its values by sorted key; a map as its values by sorted key;
+    a sequence of tensors stacked (flattened and concatenated when their shapes differ)."""
+    if isinstance(v, dict):
+        return np.array([v[k] for k in sorted(v)])
+    if isinstance(v, list):
+        if not v:
+            return np.zeros(0)
+        rows = [as_array(x) for x in v]
+        if len({r.shape for r in rows}) == 1:
+            return np.stack(rows)
+        return np.concatenate([r.ravel() for r in rows])
+    v = np.asarray(v)
+    if v.dtype.kind in "OSU":       # string labels: compared by a checksum of each (equal strings, equal numbers)
+        return np.array([zlib.crc32(str(x).encode()) for x in v.ravel()], dtype=np.float64).reshape(v.shape)
+    return v
+
+
 def median_us(fn, runs):
     ts = []
     for _ in range(runs):
@@ -145,7 +165,7 @@ def check(full, p1, p2, feeds, atol, rtol, runs):
     got = {**mid, **out2}
     outputs, ok = {}, True
     for name, r in ref.items():
-        x = got[name]
+        x, r = as_array(got[name]), as_array(r)
         diff = np.abs(x.astype(np.float64) - r.astype(np.float64))
         rel = diff / np.maximum(np.abs(r.astype(np.float64)), 1e-12)
         passed = bool(x.shape == r.shape and np.allclose(x, r, atol=atol, rtol=rtol))
@@ -182,7 +202,7 @@ def dump_interface(a, meta, names1, mid, feed2):
     cut = meta["cut_tensors"]
     pick = {"left": names1, "right": list(feed2), "min": cut,
             "either": list(dict.fromkeys(names1 + list(feed2)))}[a.dump_interface]
-    arrays = {n: (mid[n] if n in mid else feed2[n]) for n in pick}
+    arrays = {n: as_array(mid[n] if n in mid else feed2[n]) for n in pick}
     info = {"boundary": meta["boundary"], "side": a.dump_interface, "cut_tensors": cut,
             "tensors": {n: {"shape": list(v.shape), "dtype": str(v.dtype)} for n, v in arrays.items()}}
     out = f"{a.dump_interface_out}_{a.dump_interface}.npz"
