@@ -27,10 +27,12 @@ import numpy as np
 import onnx
 import pandas as pd
 
+from lib.artifacts import atomic_path
 from lib.errors import StageError
+from lib.onnx.costs import node_cost
 from lib.onnx.graph import CONTROL_FLOW, Graph
-from lib.onnx.reader import attribute_subgraphs
-from lib.onnx.ops import is_mac_op, node_cost, op_key
+from lib.onnx.ops import is_mac_op, op_key
+from lib.onnx.reader import attribute_subgraphs, read_light, strip_external_references
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
              "tensorrt": "TensorrtExecutionProvider", "dml": "DmlExecutionProvider",
@@ -134,8 +136,6 @@ def kernel_times(events: list[dict], warmup: int) -> tuple[list[dict[str, float]
 def _keep(trace: Path, optimized: Path, dest: Path) -> None:
     """ORT's trace, and its optimized graph with the weights' bytes stripped (lib/onnx/reader.py): the graph is what
     checking the kernel-to-node mapping needs, and a copy of every weight would double the results' size."""
-    from lib.artifacts import atomic_path
-    from lib.onnx.reader import read_light, strip_external_references
     with atomic_path(dest / "ort_trace.json") as tmp:
         shutil.copyfile(trace, tmp)
     if optimized.exists():

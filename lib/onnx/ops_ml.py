@@ -18,8 +18,7 @@ import math
 import numpy as np
 import onnx
 
-from lib.onnx.graph import attr
-from lib.onnx.reader import elem_size
+from lib.onnx.reader import attr, elem_size
 
 ML_DOMAIN = "ai.onnx.ml"
 POST = {"NONE": 0, "LOGISTIC": 4, "SOFTMAX": 5, "SOFTMAX_ZERO": 5, "PROBIT": 8}    # FLOPs per score

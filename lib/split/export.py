@@ -34,10 +34,12 @@ import numpy as np
 import onnx
 from onnx import helper, shape_inference
 
+from lib.artifacts import write_json
 from lib.errors import StageError
 from lib.onnx.graph import Graph, _unique_names, constant_tensors
 from lib.onnx.reader import all_tensors, read_light
 from lib.provenance import same_inputs
+from lib.split.diagram import render
 from lib.split.runner import as_array, check, session
 
 
@@ -493,8 +495,6 @@ def export_one(exporter: SplitExporter, b: int, out: Path, feeds: dict, opts: di
     """Export boundary b into `out`, write its runner, validate it, draw it: the split's report. A failure of
     this split is recorded (pass False, error) and the folder says so; ModelRunError (the full model cannot
     run on these inputs) stops the stage. opts: atol, rtol, runs, hops, diagram, hint, inputs_npz."""
-    from lib.artifacts import write_json
-    from lib.split.diagram import render
     g = exporter.g
     try:
         iface = exporter.export(b, out)

@@ -20,7 +20,9 @@ import pandas as pd
 
 from lib.errors import StageError
 from lib.provenance import same_inputs
+from lib.analysis.device_time import device_time
 from lib.analysis.roofline import known_or_zero, node_bytes
+from lib.latency.latency_model import model_for_device
 
 # pruning rules that depend on what the what-if panel changes (device and link figures); the others are static
 DYNAMIC_RULES = ("max_latency_us", "max_energy_j", "rate_hz")
@@ -53,7 +55,6 @@ _FACTORS: dict = {}
 
 def _model_factors(prof: pd.DataFrame, device: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n = len(prof)
-    from lib.latency.latency_model import model_for_device
     lm = model_for_device(device, device["latency_model"])
     att = prof["attribution"].fillna("").astype(str) if "attribution" in prof else pd.Series([""] * n)
     return lm.factors(prof, float(device["peak_flops_per_s"]), float(device["mem_bw_bytes_per_s"]),
@@ -67,7 +68,7 @@ def node_work(prof: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def modelled_times(flops, nbytes, peak: float, bw: float, ec, em, ovh) -> np.ndarray:
     """ovh + max(flops / (peak * ec), bytes / (bw * em)) in us; an unknown max counts 0 (known_or_zero)."""
-    roof = np.maximum(flops / (peak * ec), nbytes / (bw * em)) * 1e6
+    roof = device_time(flops, nbytes, peak, bw, ec, em, scale=1e6)
     return known_or_zero(roof)[0] + ovh
 
 
