@@ -24,6 +24,10 @@ def report(meta: dict, att: dict, runs: int) -> None:
           f"{100 * att['kernel_time_coverage']:.2f}% attributed to original nodes "
           f"({att['nodes_with_kernel']} nodes with a kernel, {att['nodes_fused']} fused into one, "
           f"{att['nodes_not_run']} folded/removed)")
+    inp = meta["identity"]["inputs"]
+    if inp.get("inputs_npz"):
+        drawn = f"; {', '.join(inp['drawn'])} drawn at random (seed {meta['seed']})" if inp["drawn"] else ""
+        print(f"inputs: {', '.join(inp['from_file'])} from {inp['inputs_npz']['path']}{drawn}")
     if att["unattributed_kernels_us"]:
         top = list(att["unattributed_kernels_us"].items())[:5]
         print("unattributed kernels: " + ", ".join(f"{k} ({v:.0f} us)" for k, v in top))

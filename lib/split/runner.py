@@ -72,10 +72,15 @@ def parse_overrides(text):
     return out
 
 
-def make_inputs(sess, meta, seed, overrides):
+def make_inputs(sess, meta, seed, overrides, given=None):
+    """The given arrays, and seeded random ones for the other inputs (drawn in input order, the given ones
+    skipped: the values stage 08 drew)."""
     rng = np.random.default_rng(seed)
     feeds = {}
     for i in sess.get_inputs():
+        if given and i.name in given:
+            feeds[i.name] = given[i.name]
+            continue
         shape = overrides.get(i.name) or meta["input_shapes"].get(i.name)
         if shape is None or any(not isinstance(d, int) for d in shape):
             fail(f"input {i.name} has dynamic dims {i.shape}: pass --shape-override '{i.name}=...'")
@@ -101,22 +106,24 @@ def load_npz(path, sess):
         data = dict(np.load(path, allow_pickle=False))
     except Exception as e:  # noqa: BLE001
         fail(f"--inputs-npz {path} is not a readable .npz ({type(e).__name__})")
-    missing = [i.name for i in sess.get_inputs() if i.name not in data]
-    if missing:
-        fail(f"--inputs-npz {path} lacks inputs {missing}")
-    return {i.name: data[i.name] for i in sess.get_inputs()}
+    names = [i.name for i in sess.get_inputs()]
+    stray = sorted(set(data) - set(names))
+    if stray:
+        fail(f"--inputs-npz {path} has {stray}, which name no input of full.onnx (inputs: {names})")
+    return data
 
 
 def choose_inputs(a, meta, full):
-    """(feeds, where they came from)."""
+    """(feeds, where they came from): the npz's arrays, the inputs it lacks drawn at random (seeded)."""
     npz = a.inputs_npz
     if npz is None and a.seed is None and not a.shape_override and meta.get("inputs_npz") \
             and (HERE / meta["inputs_npz"]).exists():
         npz = str(HERE / meta["inputs_npz"])
-    if npz:
-        return load_npz(npz, full), npz
+    given = load_npz(npz, full) if npz else {}
     a.seed = meta.get("seed", 0) if a.seed is None else a.seed
-    return make_inputs(full, meta, a.seed, parse_overrides(a.shape_override)), None
+    feeds = make_inputs(full, meta, a.seed, parse_overrides(a.shape_override), given)
+    drawn = [n for n in feeds if n not in given]
+    return feeds, (npz if not drawn else f"{npz} + random {drawn} (seed {a.seed})") if npz else None
 
 
 def median_us(fn, runs):
