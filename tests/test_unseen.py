@@ -8,36 +8,38 @@ import sys
 
 import numpy as np
 import onnx
+import pandas as pd
 import pytest
+from onnx import helper
 
-from conftest import run_stage
+import unseen_models as um
+from conftest import costs, run_stage
 from lib.onnx.inputs import InputSpec, make_feeds
 
-torch = pytest.importorskip("torch")
-
-
-def export_gru(path):
-    """A GRU with its initial state as an input (seq_len and batch symbolic, batch shared by both inputs)."""
-    class M(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.gru, self.fc = torch.nn.GRU(8, 16), torch.nn.Linear(16, 4)
-
-        def forward(self, x, h0):
-            y, h = self.gru(x, h0)
-            return self.fc(y), h
-    torch.manual_seed(0)
-    torch.onnx.export(M().eval(), (torch.randn(5, 2, 8), torch.zeros(1, 2, 16)), str(path), input_names=["x", "h0"],
-                      output_names=["y", "h"], dynamic_axes={"x": {0: "seq_len", 1: "batch"}, "h0": {1: "batch"}},
-                      dynamo=False)
-    return path
+pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
 def gru(tmp_path_factory):
-    d = tmp_path_factory.mktemp("gru")
-    np.savez(d / "h0.npz", h0=np.zeros((1, 3, 16), np.float32))
-    return export_gru(d / "gru.onnx"), d / "h0.npz"
+    facts = um.build_gru_state(tmp_path_factory.mktemp("gru") / "gru.onnx")
+    return facts["path"], facts["npz"]
+
+
+def pipeline(model, rdir, boundaries=None, *spec):
+    """02, 03, 07 and 08 (the given boundaries, else 08's own choice): 08's validation_report.json."""
+    costs(model, rdir, *spec)
+    assert run_stage("07_split_candidates.py", "--model", model, "--results", rdir).returncode == 0
+    if callable(boundaries):
+        boundaries = boundaries(pd.read_csv(rdir / "boundaries.csv"))
+    r = run_stage("08_export_splits.py", "--model", model, "--results", rdir, "--diagram", "none", "--runs", "1",
+                  *(["--boundary", *map(str, boundaries)] if boundaries else []))
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads((rdir / "validation_report.json").read_text())
+
+
+def runner(folder, *args):
+    return subprocess.run([sys.executable, "run_split.py", "--runs", "1", *map(str, args)], cwd=folder,
+                          capture_output=True, text=True, timeout=300)
 
 
 def test_gru_with_only_its_zero_state_given(gru, tmp_path):
@@ -68,3 +70,93 @@ def test_gru_with_only_its_zero_state_given(gru, tmp_path):
     feeds = make_feeds(onnx.load(str(model)), {"x": [128, 3, 8], "h0": [1, 3, 16]}, InputSpec(inputs_npz=str(npz)))
     assert np.array_equal(feeds["x"], used["x"]) and feeds["h0"] is not None
     assert "random ['x'] (seed 0)" in json.loads((split / "validation_report.json").read_text())["inputs"]
+
+
+def inside_encoder(bd):
+    """Boundaries inside the transformer encoder: after layer 0's first LayerNorm, after layer 1's Softmax."""
+    pick = bd[bd["after_node"].str.endswith(("layers.0/norm1/LayerNormalization", "layers.1/self_attn/Softmax"))]
+    assert len(pick) == 2
+    return list(pick["boundary"])
+
+
+def test_conv_transformer_split_inside_its_encoder_passes_and_broken_splits_fail(tmp_path):
+    """Right splits pass the exactness check (optimizations off) and report the deployment difference as figures;
+    a split broken on purpose (a cut tensor fed from the wrong place, a missing output) fails."""
+    model = um.build_conv_transformer(tmp_path / "ct.onnx")["path"]
+    rep = pipeline(model, tmp_path / "r", inside_encoder)
+    assert rep["all_pass"] and len(rep["splits"]) == 2
+    for s in rep["splits"]:
+        ex, dep = s["exactness"], s["deployment"]
+        assert ex["graph_optimizations"].startswith("off") and ex["reduction_size"] == 288     # Conv 32 x 3 x 3
+        out = ex["outputs"]["logits"]
+        assert out["pass"] and out["max_abs_diff"] <= out["bound"] and out["scale"] > 0.1
+        assert out["bound"] == pytest.approx(2 * 288 ** 0.5 * 2.0 ** -23 * out["scale"])      # ~4e-6 of the scale
+        assert dep["max_abs_diff"] >= 0 and "pass" not in dep["outputs"]["logits"]
+        assert all(c["pass"] for c in s["cut_tensors"].values())
+    # wrong place: part1 sends the LayerNorm's input where its output belongs
+    b = min(s["boundary"] for s in rep["splits"])
+    folder = tmp_path / "r" / "splits" / f"b{b}"
+    assert runner(folder).returncode == 0
+    p1 = onnx.load(str(folder / "part1.onnx"))
+    (cut,) = [o.name for o in p1.graph.output]
+    norm = next(n for n in p1.graph.node if cut in n.output)
+    norm.output[list(norm.output).index(cut)] = cut + "_unused"
+    p1.graph.node.append(helper.make_node("Identity", [norm.input[0]], [cut], name="wrong_feed"))
+    onnx.save(p1, str(folder / "part1.onnx"))
+    r = runner(folder)
+    got = json.loads((folder / "validation_report.json").read_text())
+    assert r.returncode == 1 and "FAIL" in r.stdout and not got["pass"]
+    assert got["exactness"]["outputs"]["logits"]["rel_to_scale"] > 1e-2
+
+
+def test_missing_output_fails(gru, tmp_path):
+    """part1 no longer returns the graph output h it finishes: the composition lacks it, the split fails."""
+    model, npz = gru
+    rep = pipeline(model, tmp_path / "r", [0], "--inputs-npz", npz)
+    assert rep["all_pass"]
+    folder = tmp_path / "r" / "splits" / "b0"
+    p1 = onnx.load(str(folder / "part1.onnx"))
+    keep = [o for o in p1.graph.output if o.name != "h"]
+    del p1.graph.output[:]
+    p1.graph.output.extend(keep)
+    onnx.save(p1, str(folder / "part1.onnx"))
+    r = runner(folder)
+    got = json.loads((folder / "validation_report.json").read_text())
+    assert r.returncode == 1 and not got["exactness"]["outputs"]["h"]["pass"]
+    assert "do not produce" in got["exactness"]["outputs"]["h"]["error"]
+
+
+def test_fp16_model_split_passes(tmp_path):
+    """fp16 inside, fp32 IO: the whole model keeps a value in fp32 that the parts round to fp16 at the cut; the
+    bound allows 1 ulp of fp16 of the output's scale, no more."""
+    model = um.build_fp16_cnn(tmp_path / "fp16.onnx")["path"]
+    rep = pipeline(model, tmp_path / "r")
+    assert rep["splits"] and rep["all_pass"]
+    for s in rep["splits"]:
+        out = s["exactness"]["outputs"]["y"]
+        assert out["dtype"] == "float32" and out["max_abs_diff"] <= out["bound"] <= 2.0 ** -10 * out["scale"] * 1.0001
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_randn_like_model_splits_compose_exactly(tmp_path, dynamo):
+    """torch.randn_like -> RandomNormalLike without a seed: 01 says the model draws random numbers; 08 gives the
+    node a seed in full.onnx and in the part that holds it, so that both draw the same noise."""
+    build = um.build_randn_like_dynamo if dynamo else um.build_randn_like_ts
+    model = build(tmp_path / "rnd.onnx")["path"]
+    rdir = tmp_path / "r"
+    r = run_stage("01_profile_onnx.py", "--model", model, "--results", rdir, "--runs", "1", "--warmup", "0")
+    assert r.returncode == 0 and "the model draws random numbers (1 random nodes" in r.stdout, r.stderr
+    assert len(json.loads((rdir / "profile_meta.json").read_text())["random_nodes"]) == 1
+    rand = lambda bd: list(bd.loc[bd["after_node"].str.contains("Relu|relu"), "boundary"][:1])   # noqa: E731
+    rep = pipeline(model, rdir, rand)
+    assert rep["all_pass"] and rep["worst_max_abs_diff"] == 0.0
+    folder = rdir / "splits" / f"b{rep['splits'][0]['boundary']}"
+    seeds = {}
+    for name in ("full", "part2"):
+        m = onnx.load(str(folder / f"{name}.onnx"), load_external_data=False)
+        (node,) = [n for n in m.graph.node if n.op_type == "RandomNormalLike"]
+        seeds[name] = next(a.f for a in node.attribute if a.name == "seed")
+    assert seeds["full"] == seeds["part2"]
+    user = onnx.load(str(model), load_external_data=False)                 # the user's file is untouched
+    assert all(a.name != "seed" for n in user.graph.node for a in n.attribute)
+    assert runner(folder).returncode == 0
