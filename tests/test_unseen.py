@@ -160,3 +160,83 @@ def test_randn_like_model_splits_compose_exactly(tmp_path, dynamo):
     user = onnx.load(str(model), load_external_data=False)                 # the user's file is untouched
     assert all(a.name != "seed" for n in user.graph.node for a in n.attribute)
     assert runner(folder).returncode == 0
+
+
+def tf2onnx_like_pitch(path):
+    """A tf2onnx-style 1-D conv net (NHWC: every Conv and MaxPool between Transposes), as pitch models are
+    exported: ORT runs it in NCHWc with a ReorderOutput it inserts."""
+    rng = np.random.default_rng(0)
+    w = lambda n, s: onnx.numpy_helper.from_array((rng.standard_normal(s) * 0.1).astype(np.float32), n)  # noqa: E731
+    i64 = lambda n, v: onnx.numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    nodes, inits, x, c = [helper.make_node("Reshape", ["audio", "s0"], ["x0"], name="reshape_in")], \
+        [i64("s0", [1, 1024, 1, 1]), i64("s1", [1, -1]), w("fw", (32 * 128, 360))], "x0", 1
+    for i, co in enumerate([16, 16, 32]):
+        nodes += [helper.make_node("Transpose", [x], [f"t{i}"], name=f"conv{i}__pre", perm=[0, 3, 1, 2]),
+                  helper.make_node("Conv", [f"t{i}", f"w{i}", f"b{i}"], [f"c{i}"], name=f"conv{i}", pads=[2, 0, 2, 0],
+                                   kernel_shape=[5, 1]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"),
+                  helper.make_node("Transpose", [f"r{i}"], [f"y{i}"], name=f"conv{i}__post", perm=[0, 2, 3, 1]),
+                  helper.make_node("Transpose", [f"y{i}"], [f"p{i}"], name=f"pool{i}__pre", perm=[0, 3, 1, 2]),
+                  helper.make_node("MaxPool", [f"p{i}"], [f"m{i}"], name=f"pool{i}", kernel_shape=[2, 1], strides=[2, 1]),
+                  helper.make_node("Transpose", [f"m{i}"], [f"q{i}"], name=f"pool{i}__post", perm=[0, 2, 3, 1])]
+        inits += [w(f"w{i}", (co, c, 5, 1)), w(f"b{i}", (co,))]
+        x, c = f"q{i}", co
+    nodes += [helper.make_node("Transpose", [x], ["tt"], name="flat__pre", perm=[0, 3, 1, 2]),
+              helper.make_node("Reshape", ["tt", "s1"], ["flat"], name="flatten"),
+              helper.make_node("MatMul", ["flat", "fw"], ["logits"], name="dense"),
+              helper.make_node("Sigmoid", ["logits"], ["y"], name="sigmoid")]
+    g = helper.make_graph(nodes, "pitch", [helper.make_tensor_value_info("audio", onnx.TensorProto.FLOAT, [1, 1024])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 360])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="tf2onnx-like")
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def test_kernels_ort_inserts_are_attributed_and_flagged(tmp_path):
+    """Real ORT run: >= 99% of kernel time on original nodes; the layout reorders ORT inserted (NCHWc on x86)
+    are flagged in `inserted` on the node whose tensor they serve (ReorderOutput writes pool2's m2)."""
+    model = tf2onnx_like_pitch(tmp_path / "pitch.onnx")
+    rdir = tmp_path / "r"
+    r = run_stage("01_profile_onnx.py", "--model", model, "--results", rdir, "--runs", "2", "--warmup", "1")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((rdir / "profile_meta.json").read_text())["kernel_time_coverage"] >= 0.99
+    lat = pd.read_csv(rdir / "ops_latency.csv", keep_default_na=False).set_index("node")
+    kernels = {k for ks in lat["ort_kernels"] for k in ks.split(";") if k}
+    flagged = {k for ks in lat["inserted"] for k in ks.split(";") if k}
+    assert {k for k in kernels if k.startswith("Reorder")} <= flagged <= kernels
+    if "ReorderOutput" in kernels:
+        assert lat.loc["pool2", "inserted"] == "ReorderOutput"
+
+
+def test_rewritten_and_unlisted_kernels_go_to_the_node_they_serve():
+    """ORT's optimized graph as its transpose optimizer leaves it: a Transpose turned into Reshape_token_3, a
+    FusedConv of the renamed Conv+Relu, Reshape_token_7 writing the original y0, and a kernel the saved graph
+    does not hold (it ran between Reshape_token_7 and mul)."""
+    from lib.latency.profiling import attribute
+    from lib.onnx.loading import graph_of
+    rng = np.random.default_rng(0)
+    w = onnx.numpy_helper.from_array(rng.standard_normal((1, 1, 5, 1)).astype(np.float32), "w")
+    b = onnx.numpy_helper.from_array(np.zeros(1, np.float32), "b")
+    orig = [helper.make_node("Transpose", ["x"], ["t"], name="pre", perm=[0, 3, 1, 2]),
+            helper.make_node("Conv", ["t", "w", "b"], ["c"], name="conv", pads=[2, 0, 2, 0]),
+            helper.make_node("Relu", ["c"], ["r"], name="relu"),
+            helper.make_node("Transpose", ["r"], ["y0"], name="post", perm=[0, 2, 3, 1]),
+            helper.make_node("Mul", ["y0", "x"], ["y"], name="mul")]
+    vi = lambda n: helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [1, 64, 1, 1])  # noqa: E731
+    model = helper.make_model(helper.make_graph(orig, "g", [vi("x")], [vi("y")], [w, b]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    g = graph_of(model)
+    opt = [helper.make_node("Reshape", ["x", "shape_nchw"], ["TransposeOptimizer_0"], name="Reshape_token_3"),
+           helper.make_node("FusedConv", ["TransposeOptimizer_0", "w", "b"], ["conv_token_6"], name="fused_token_5",
+                            domain="com.microsoft"),
+           helper.make_node("Reshape", ["conv_token_6", "shape_nhwc"], ["y0"], name="Reshape_token_7"),
+           helper.make_node("Mul", ["y0", "x"], ["y"], name="mul")]
+    optimized = helper.make_model(helper.make_graph(opt, "o", [vi("x")], [vi("y")]))
+    order = ["Reshape_token_3", "fused_token_5", "Reshape_token_7", "MemcpyToHost_9", "mul"]
+    att = attribute(g, optimized, sorted(order), order)
+    pos = {n: i for i, n in enumerate(g.names)}
+    assert att["anchor"] == {"Reshape_token_3": pos["pre"], "fused_token_5": pos["conv"], "Reshape_token_7": pos["post"],
+                             "MemcpyToHost_9": pos["mul"], "mul": pos["mul"]}
+    assert att["inserted"] == {"Reshape_token_3", "fused_token_5", "Reshape_token_7", "MemcpyToHost_9"}
+    assert att["fused_into"].get(pos["relu"]) == pos["conv"]          # Relu: the FusedConv's epilogue
