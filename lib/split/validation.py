@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from lib.onnx.graph import Graph
-from lib.onnx.ops import node_cost
+from lib.onnx.costs import node_cost
 
 REDUCING_OPS = {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}
 
