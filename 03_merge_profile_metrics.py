@@ -15,7 +15,7 @@ model and input spec (exit 2 otherwise).
 import numpy as np
 
 from lib import cli
-from lib.artifacts import CONFIGS, read_csv, read_csv_verbatim, versions, write_csv, write_json
+from lib.artifacts import CONFIGS, read_csv, versions, write_csv, write_json
 from lib.host import load_host
 from lib.latency.predict import print_prediction, stage_prediction
 from lib.provenance import Results, stamp
@@ -51,9 +51,7 @@ def main(argv=None):
     a = cli.parse(p, argv)
     res = Results(a.rdir)
     host = load_host(a.host)
-    # 02's lines as they are: its columns come first in ops_profile.csv, unchanged (merge() and roofline() add
-    # columns, keep the rows' order), and are not formatted again (0.3 s at 200k nodes)
-    metrics, verbatim = read_csv_verbatim(a.rdir, "ops_metrics.csv", ("node", "op_type", "flops", "dtype"))
+    metrics = read_csv(a.rdir, "ops_metrics.csv", ("node", "op_type", "flops", "dtype"))
     measured = not a.no_profile and (a.rdir / "ops_latency.csv").exists()
     names = ["metrics_meta.json"] + (["profile_meta.json"] if measured else [])
     metas = res.require(*names, light=a.model)
@@ -63,7 +61,7 @@ def main(argv=None):
     df, pred = stage_prediction(roofline(merge(metrics, latency), host), measured, host, a.rdir, a.model,
                                 a.latency_model, metas)
     bad = contradictions(df)
-    write_csv(df, a.rdir / "ops_profile.csv", head=verbatim)
+    write_csv(df, a.rdir / "ops_profile.csv")
     write_json(stamp({"host_config": str(a.host), "host": host, "latency_source": "measured" if measured else "none",
                       "prediction": pred, "roofline_contradictions": {
                           "nodes": len(bad), "resolution_us": 1.0, "worst": bad.assign(

@@ -22,6 +22,7 @@ import pandas as pd
 from lib.analysis.roofline import LEVELS, memory_level
 from lib.artifacts import REPO, load_yaml
 from lib.latency import host_probe, kernel_model as km, microbench as mb, training_models as tm
+from lib.latency.latency_model import dump_yaml
 from lib.latency.training import micro_records, profile_models
 from lib.progress import Progress
 
@@ -196,7 +197,6 @@ def host_values(host: dict) -> dict:
 def write_kernel_model(result: dict, latency_yaml: Path, header: str) -> dict:
     """The LightGBM text file beside latency_yaml and its `kernel_model` section (families, held-out figures,
     per-model held-out predictions, calibration step times). Returns the section."""
-    from lib.latency.latency_model import dump_yaml
     doc = load_yaml(latency_yaml, "latency model") if latency_yaml.exists() else {}
     result["model"].save(latency_yaml.parent / KERNEL_MODEL_FILE)
     lofo = result["lofo"]

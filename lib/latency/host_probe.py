@@ -21,6 +21,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from lib.errors import StageError
+from lib.latency.microbench import profile_runs
+
 CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 ONNX_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
               np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8}
@@ -92,8 +95,6 @@ def _model(nodes, inputs: dict[str, np.ndarray], weights: dict[str, np.ndarray],
 def best_kernel_us(model: onnx.ModelProto, feeds: dict, runs: int = 8, threads: int = 0) -> float | None:
     """The smallest per-run kernel time (the sum of the run's kernels) over `runs`, as ORT's profiler records it;
     None when ORT cannot run the model (an fp16 op without a CPU kernel)."""
-    from lib.errors import StageError
-    from lib.latency.microbench import profile_runs
     with tempfile.TemporaryDirectory(prefix="probe_") as tmp:
         path = os.path.join(tmp, "m.onnx")
         onnx.save(model, path)

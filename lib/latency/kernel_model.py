@@ -27,6 +27,8 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from lib.analysis.roofline import LEVELS, bound_us
+from lib.artifacts import atomic_path, load_yaml
+from lib.errors import StageError
 from lib.host import per_dtype
 
 CATEGORICAL = ["op", "pattern", "compute_dtype", "mem_level"]
@@ -170,7 +172,6 @@ class KernelModel:
                 "residual_quantiles": {k: [round(float(x), 4) for x in v] for k, v in sorted(self.residuals.items())}}
 
     def save(self, path: str | Path) -> None:
-        from lib.artifacts import atomic_path
         with atomic_path(Path(path)) as tmp:
             self.booster.save_model(str(tmp))
 
@@ -242,8 +243,6 @@ def scores(df: pd.DataFrame, column: str = "predicted_us", measured: str = "meas
 def load_kernel_model(latency_model_file: str | Path) -> KernelModel | None:
     """The kernel model a latency model file names in its `kernel_model` section (its LightGBM text file beside
     it); None when the file or the section is missing (a file calibrated before the kernel model)."""
-    from lib.artifacts import load_yaml
-    from lib.errors import StageError
     path = Path(latency_model_file)
     if not path.exists():
         return None

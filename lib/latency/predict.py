@@ -21,6 +21,8 @@ import pandas as pd
 from lib.errors import StageError
 from lib.latency.kernel_model import KernelModel, load_kernel_model
 from lib.latency.kernels import kernel_table
+from lib.latency.latency_model import ort_node_roles, predict_profile
+from lib.onnx.loading import analysed
 from lib.latency.profiling import _session
 
 
@@ -73,8 +75,6 @@ KERNEL_MODEL_MAX_NODES = 20_000     # larger graphs keep the baseline (stage 03 
 def _graph_and_fusions(df: pd.DataFrame, measured: bool, rdir: Path, model) -> tuple[object, str]:
     """02's inferred graph (None without --model) and where the fusions come from; without a profile, ORT's
     fusions from its optimized graph are written into df's attribution/fused_into."""
-    from lib.latency.latency_model import ort_node_roles
-    from lib.onnx.loading import analysed
     fusion = "01's attribution" if measured else "none known (no profile and no --model)"
     if not model:
         return None, fusion
@@ -100,7 +100,6 @@ def stage_prediction(df: pd.DataFrame, measured: bool, host: dict, rdir: Path, m
                      metas: dict) -> tuple[pd.DataFrame, dict]:
     """Stage 03: t_pred_us per node (the baseline efficiency model, fused nodes 0) and merge_meta's
     `prediction`: the kernel model's session latency with its interval, the baseline beside it."""
-    from lib.latency.latency_model import predict_profile
     graph, fusion = _graph_and_fusions(df, measured, rdir, model)
     t, info = predict_profile(df, host, latency_model_file)
     df["t_pred_us"] = t

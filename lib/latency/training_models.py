@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lib.onnx.export_models import calibrate_batchnorm
+
 FAMILIES = {
     "cnn_standard": ["resnet18", "googlenet", "densenet121_128", "resnet34_160"],
     "cnn_depthwise": ["mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "mnasnet0_5"],
@@ -232,7 +234,6 @@ def build(name: str, out_dir: str | Path) -> Path:
     if name in ("lstm2", "gru2", "crnn", "unet_small", "yolo_tiny", "keras_cnn", "keras_mbv2"):
         model, args = _custom(name)
         return _export(model, args, out, ["input"])
-    from lib.onnx.export_models import calibrate_batchnorm
     model, size = _vision(name)
     calibrate_batchnorm(model, size)
     return _export(model, (torch.randn(1, 3, size, size),), out, ["input"])
