@@ -14,8 +14,9 @@ comes from the held-out (leave-one-family-out) residual quantiles of its type (o
 few residuals); a session's interval adds the kernels' ends.
 
 Session latency = (1 + a) x sum(kernels) + b x n_kernels + c, a, b, c >= 0 fitted by non-negative least
-squares on the training models' measured sessions (scipy nnls): the thread-pool start, dispatch and session
-overhead between kernels.
+squares on the training models' sessions (scipy nnls): the thread-pool start, dispatch and session overhead
+between kernels. The target is each model's kernel sum plus the lower quartile over its runs of the time outside
+the kernels: on a machine shared with other work that time carries descheduled threads, which only ever add.
 """
 from __future__ import annotations
 
@@ -136,9 +137,10 @@ class KernelModel:
                     sorted({r["family"] for r in records}), threads)
         model.residuals = residual_quantiles(kernel_type(kt), y - booster.predict(_categorize(f, categories)))
         sessions = [r for r in records if r.get("session_us")]
-        if sessions:
-            model.overhead = fit_overhead([r["kernels"]["t_us"].sum() for r in sessions],
-                                          [len(r["kernels"]) for r in sessions], [r["session_us"] for r in sessions])
+        if sessions:    # the kernels' sum plus the time between them (its lower quartile: contention only adds)
+            ksum = [r["kernels"]["t_us"].sum() for r in sessions]
+            model.overhead = fit_overhead(ksum, [len(r["kernels"]) for r in sessions],
+                                          [s + r.get("between_us", r["session_us"] - s) for s, r in zip(ksum, sessions)])
         return model
 
     def predict_kernels(self, kt: pd.DataFrame, host: dict) -> pd.DataFrame:

@@ -2,7 +2,7 @@
 
 A record: {"model", "family", "kernels" (lib/latency/kernels.py's table with measured t_us), "session_us" (median
 session wall time, stage 01's session_latency; None for a micro-benchmark graph: its kernels train, its session
-is not a model's), "profile" (an ops_profile-like node table for the baseline efficiency model, with ORT's fusions
+is not a model's), "between_us" (the run's time outside its kernels, lower quartile), "profile" (an ops_profile-like node table for the baseline efficiency model, with ORT's fusions
 from its optimized graph, never from the measured kernel times)}.
 """
 from __future__ import annotations
@@ -49,7 +49,15 @@ def profile_record(path: str | Path, name: str, family: str, host: dict, *, runs
         node_profile[c] = node_profile["node"].map(roles[c]).fillna("").to_numpy(object)
     return {"model": name, "family": family, "kernels": kt, "profile": node_profile,
             "session_us": float(np.median(prof["wall_us"])) if session else None, "optimized": prof["optimized"],
+            "between_us": between_kernels_us(prof) if session else None,
             "graph": graph, "metrics": metrics}
+
+
+def between_kernels_us(prof: dict, q: float = 25.0) -> float:
+    """The time a run spends outside its kernels (session wall minus the kernels' sum): its lower quartile over
+    the runs, as other work on a shared machine only ever adds to it (descheduled threads)."""
+    gaps = [w - sum(r.values()) for w, r in zip(prof["wall_us"], prof["per_run"])]
+    return float(max(np.percentile(gaps, q), 0.0)) if gaps else 0.0
 
 
 def profile_models(models: list[tuple[str, str, Path]], host: dict, *, runs: int = 10, threads: int = 0,
