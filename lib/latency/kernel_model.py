@@ -34,7 +34,7 @@ from lib.host import per_dtype
 
 CATEGORICAL = ["op", "pattern", "compute_dtype", "mem_level"]
 NUMERIC = ["log_flops", "log_bytes", "log_weight", "log_numel", "log_ai", "log_bound", "n_nodes", "rank",
-           "d1", "d2", "d3", "d4", "layout", "threads", "level"]
+           "d1", "d2", "d3", "d4", "layout", "threads", "level", "micro"]
 FLOOR_US = 1.0          # the profiler's resolution: the base of the target for kernels whose bound is below it
 MIN_T_US = 0.5          # a kernel recorded as 0 us ran for under a microsecond
 PARAMS = {"objective": "regression", "learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 5,
@@ -85,7 +85,10 @@ def features(kt: pd.DataFrame, host: dict, threads: int) -> tuple[pd.DataFrame, 
         "n_nodes": kt["n_nodes"].to_numpy(float), "rank": dims[:, 0], "d1": np.log1p(dims[:, 1]),
         "d2": np.log1p(dims[:, 2]), "d3": np.log1p(dims[:, 3]), "d4": np.log1p(dims[:, 4]),
         "layout": kt["layout"].astype(bool).to_numpy(float), "threads": float(threads),
-        "level": np.array([LEVELS.index(x) for x in level], dtype=float)})
+        "level": np.array([LEVELS.index(x) for x in level], dtype=float),
+        # a micro-benchmark's kernel runs alone (caches warm, no neighbours): the trees learn the offset, a
+        # prediction is always for a kernel inside a model (0)
+        "micro": kt["micro"].to_numpy(float) if "micro" in kt else 0.0})
     return f, b
 
 
@@ -125,7 +128,7 @@ class KernelModel:
     def fit(cls, records: list[dict], host: dict, threads: int = 0, rounds: int = ROUNDS) -> "KernelModel":
         """records: {"model", "family", "kernels" (a kernel table with t_us), "session_us" (None for micro-
         benchmarks: kernels only)}."""
-        kt = pd.concat([r["kernels"].assign(_family=r["family"]) for r in records], ignore_index=True)
+        kt = pd.concat([r["kernels"].assign(micro=float(r["family"] == "micro")) for r in records], ignore_index=True)
         kt = kt[kt["t_us"].notna()]
         f, b = features(kt, host, threads)
         categories = {c: sorted(set(f[c].astype(str))) for c in CATEGORICAL}
@@ -180,6 +183,9 @@ class KernelModel:
     @classmethod
     def load(cls, doc: dict, base: str | Path) -> "KernelModel":
         booster = lgb.Booster(model_file=str(Path(base) / doc["file"]))
+        if booster.feature_name() != CATEGORICAL + NUMERIC:
+            raise StageError(f"{doc['file']} was fitted on other features ({len(booster.feature_name())}) than this "
+                             f"version computes: re-run make calibrate")
         return cls(booster, doc["categories"], doc["seen_kernel_types"],
                    {k: list(v) for k, v in doc["residual_quantiles"].items()}, doc["overhead"], doc["families"],
                    int(doc.get("threads", 0)))
