@@ -25,11 +25,13 @@ sys.path.insert(0, str(REPO))
 from lib.host import load_host  # noqa: E402
 from lib.latency import calibrate_kernels as ck, kernel_model as km  # noqa: E402
 from lib.latency.latency_model import predict_profile  # noqa: E402
+from lib.latency.predict import baseline_host  # noqa: E402
 from lib.latency.training import micro_records  # noqa: E402
 
 
 def baseline(records: list[dict], host: dict, latency_model: str) -> dict[str, float]:
     """The efficiency model's session prediction per model (its fusions from ORT's optimized graph)."""
+    host = baseline_host(host, latency_model)
     return {r["model"]: predict_profile(r["profile"], host, latency_model)[1]["predicted_latency_us"]
             for r in records if r.get("session_us")}
 

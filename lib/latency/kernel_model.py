@@ -45,6 +45,7 @@ ROUNDS = 400
 # one thread: LightGBM's OpenMP threads spin-wait, and on a machine shared with other work 2 threads were
 # measured 25x slower than 1 (127 s against 5.5 s for one fit)
 QUANTILES = (0.1, 0.9)
+RESIDUAL_CAP = float(np.log(4.0))   # a held-out residual past 4x is a descheduled run on a shared machine, not the type
 
 
 def kernel_type(kt: pd.DataFrame) -> pd.Series:
@@ -154,7 +155,10 @@ class KernelModel:
         q = np.array([self.residuals.get(t, self.residuals.get("*", [0.0, 0.0])) for t in types], float).reshape(-1, 2)
         return pd.DataFrame({"kernel": kt["kernel"].to_numpy(), "type": types.to_numpy(), "bound_us": b,
                              "mem_level": f["mem_level"].to_numpy(), "pred_us": from_target(y, b),
-                             "lo_us": from_target(y + q[:, 0], b), "hi_us": from_target(y + q[:, 1], b),
+                             # the interval always holds the prediction (held-out residuals of a type can all
+                             # lie on one side of it)
+                             "lo_us": from_target(y + np.minimum(q[:, 0], 0.0), b),
+                             "hi_us": from_target(y + np.maximum(q[:, 1], 0.0), b),
                              "seen": types.isin(self.seen).to_numpy()})
 
     def session(self, per_kernel: pd.DataFrame) -> dict:
@@ -194,7 +198,7 @@ class KernelModel:
 def residual_quantiles(types: pd.Series, resid: np.ndarray, min_n: int = 8) -> dict[str, list[float]]:
     """Per kernel type the QUANTILES of log residuals (measured / predicted), "*" for all of them; a type with
     fewer than min_n residuals takes "*"."""
-    d = pd.DataFrame({"t": np.asarray(types), "r": np.asarray(resid, float)})
+    d = pd.DataFrame({"t": np.asarray(types), "r": np.clip(np.asarray(resid, float), -RESIDUAL_CAP, RESIDUAL_CAP)})
     out = {"*": [float(np.quantile(d["r"], q)) for q in QUANTILES] if len(d) else [0.0, 0.0]}
     for t, g in d.groupby("t"):
         if len(g) >= min_n:

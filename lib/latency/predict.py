@@ -21,7 +21,7 @@ import pandas as pd
 from lib.errors import StageError
 from lib.latency.kernel_model import KernelModel, load_kernel_model
 from lib.latency.kernels import kernel_table
-from lib.latency.latency_model import ort_node_roles, predict_profile
+from lib.latency.latency_model import load_latency_model, ort_node_roles, predict_profile
 from lib.onnx.loading import analysed
 from lib.latency.profiling import _session
 
@@ -96,12 +96,21 @@ def _graph_and_fusions(df: pd.DataFrame, measured: bool, rdir: Path, model) -> t
     return graph, fusion
 
 
+def baseline_host(host: dict, latency_model_file) -> dict:
+    """The host figures the baseline efficiency model was fitted against (make calibrate's kernel part raises
+    host.yaml's peaks and bandwidths after the baseline is fitted: its efficiencies are relative to the old ones)."""
+    if not Path(latency_model_file).exists():
+        return host
+    fitted = load_latency_model(latency_model_file).fitted_roofline()
+    return host if fitted is None else {**host, "peak_flops_per_s": fitted[0], "mem_bw_bytes_per_s": fitted[1]}
+
+
 def stage_prediction(df: pd.DataFrame, measured: bool, host: dict, rdir: Path, model, latency_model_file,
                      metas: dict) -> tuple[pd.DataFrame, dict]:
     """Stage 03: t_pred_us per node (the baseline efficiency model, fused nodes 0) and merge_meta's
     `prediction`: the kernel model's session latency with its interval, the baseline beside it."""
     graph, fusion = _graph_and_fusions(df, measured, rdir, model)
-    t, info = predict_profile(df, host, latency_model_file)
+    t, info = predict_profile(df, baseline_host(host, latency_model_file), latency_model_file)
     df["t_pred_us"] = t
     if len(df) >= KERNEL_MODEL_MAX_NODES:
         graph = None            # the kernel table and the trees over every kernel: seconds at 200k nodes
