@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from lib.analysis.device_time import device_time
 from lib.host import per_dtype
 
 BYTE_COLUMNS = ["act_in_bytes", "act_out_bytes", "weight_bytes"]
@@ -30,9 +31,7 @@ def peak_per_node(df: pd.DataFrame, peak_table) -> np.ndarray:
 
 def roofline_time_us(flops, nbytes, peak, bw) -> np.ndarray:
     """max(FLOPs / peak, bytes / bandwidth) in microseconds; NaN where FLOPs or bytes are unknown."""
-    flops = np.asarray(flops, dtype=float)
-    nbytes = np.asarray(nbytes, dtype=float)
-    return np.maximum(flops / np.asarray(peak, dtype=float), nbytes / float(bw)) * 1e6
+    return device_time(flops, nbytes, peak, float(bw), scale=1e6)
 
 
 def known_or_zero(t) -> tuple[np.ndarray, int]:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import onnx
 
-from lib.artifacts import atomic_path
+from lib.artifacts import atomic_path, load_yaml
 from lib.errors import StageError
 from lib.onnx.graph import CONTROL_FLOW, Graph, GraphArrays, NodeTable, build_graph, constant_tensors, graph_arrays
-from lib.onnx.inputs import InputSpec, fix_input_shapes, make_feeds, resolve_input_shapes
+from lib.onnx.inputs import InputSpec, fix_input_shapes, make_feeds, parse_shape_overrides, resolve_input_shapes
 from lib.onnx.reader import LightModel, read_light
 from lib.provenance import Results, identity
 from lib.onnx.shapes import Inferred, infer, load_full
@@ -64,6 +64,18 @@ def prepare(path, spec: InputSpec) -> Analysis:
     consts = constant_tensors(skeleton) if skeleton is not None else None
     inf = infer(light.model, lambda: load_full(light.path), lambda: make_feeds(light.model, shapes, spec), table=nodes)
     return Analysis(_indexed(inf, skeleton), shapes, light, spec, inf, consts)
+
+
+def spec_from(overrides: list[str] | None = None, workload=None, preset: str | None = None) -> InputSpec:
+    """The input spec the stages build from --shape-override, --workload and --preset (for callers without
+    argparse: the micro-benchmarks, the latency model, sweeps)."""
+    wl = load_yaml(workload, "workload config") if workload else {}
+    return InputSpec(parse_shape_overrides(overrides or []), preset, wl, str(workload) if workload else None)
+
+
+def graph_of_path(path, overrides: list[str] | None = None, workload=None, preset: str | None = None) -> Graph:
+    """The pipeline's Graph of a model file under an input spec (what stages 01 and 02 build)."""
+    return prepare(path, spec_from(overrides, workload, preset)).graph
 
 
 def _skeleton(model: onnx.ModelProto, nodes: NodeTable) -> Graph | None:

@@ -10,8 +10,10 @@ import pandas as pd
 from lib.onnx.control_flow import cost_note
 from lib.artifacts import TEXT_COLUMNS
 from lib.errors import StageError
+from lib.onnx.costs import node_cost
 from lib.onnx.graph import CONTROL_FLOW, Graph, constant_tensors, dtype_name, shape_tensors
-from lib.onnx.ops import SHAPE_OPS, lookup, op_key
+from lib.onnx.ops import SHAPE_OPS, lookup, names_with, op_key
+from lib.onnx.ops_ml import ML_DOMAIN, attribute_bytes, sequence_bytes
 
 METRIC_COLUMNS = ["node", "op_type", "topo_idx", "flops", "macs", "act_in_bytes", "act_out_bytes",
                   "weight_bytes", "dtype", "out_shapes", "cost_known", "bytes_known", "shape_op", "op_class",
@@ -66,8 +68,7 @@ def stored_bytes(g: Graph, consts: set[str]) -> tuple[dict[str, int], set[int]]:
     return stored, folded
 
 
-STORED_CHAIN = {"DequantizeLinear", "Identity", "Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
-                "QuantizeLinear"}
+STORED_CHAIN = names_with("stored_chain")
 
 
 def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
@@ -98,9 +99,12 @@ def _rows(g: Graph, consts: set[str]) -> list[list]:
             kind = ops[n.op_type, n.domain] = (op, op_key(n) if op is None else op.key,
                                                "other" if op is None else op.op_class)
         op, key, cls = kind
-        cost = None if op is None else op.cost(n, g)
+        cost = None if op is None else node_cost(n, g, op) if op.control_flow else op.cost(n, g)
         act_in, act_out, w = (0, 0, 0) if pos in folded else \
             _node_bytes(ins, outs, consts, sget, tget, consumers, outputs)
+        if n.domain == ML_DOMAIN and pos not in folded:   # classical-ML parameters are attributes (tree tables, coefficients)
+            w += attribute_bytes(n)
+            act_out = sequence_bytes(n, g) if act_out is None else act_out   # ZipMap: no tensor shape
         main = tget(outs[0]) if outs else None
         if main is None or n.op_type in ("QuantizeLinear", "Cast"):
             main = (tget(n.input[0]) if n.input else None) or main

@@ -311,3 +311,10 @@ def check_external_data(light: LightModel) -> None:
             raise StageError(f"{path}: tensor {t.name!r} of dims {list(t.dims)} needs {need} bytes, its external "
                              f"data holds {have}")
 
+
+def attr(node: onnx.NodeProto, name: str, default=None):
+    """A node attribute's value (the one helper every module uses)."""
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default

@@ -29,9 +29,9 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from lib.errors import StageError
-from lib.onnx.graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS, NodeTable
-from lib.onnx.graph import attr as _a
-from lib.onnx.graph import outer_reads
+from lib.onnx.graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS, SHAPE_READERS, NodeTable
+from lib.onnx.graph import TensorInfo, _small_values, _tensor_infos, add_constant_infos, outer_reads
+from lib.onnx.ops import lookup
 from lib.onnx.reader import attribute_subgraphs, with_metadata
 
 EXECUTE_MAX_FILE_BYTES = 1_800_000_000    # a single protobuf holds < 2 GB: bigger models are not executed
@@ -114,32 +114,6 @@ def _ort_symbolic(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 # ---------------------------------------------------------------- static value propagation
 
-def _slice(x, starts, ends, axes=None, steps=None):
-    axes = list(range(len(starts))) if axes is None else [int(a) for a in axes]
-    steps = [1] * len(starts) if steps is None else steps
-    idx = [slice(None)] * x.ndim
-    for s, e, a, st in zip(starts, ends, axes, steps):
-        idx[a] = slice(int(s), int(max(min(e, 2**62), -2**62)), int(st))
-    return x[tuple(idx)]
-
-
-def _unsqueeze(x, axes):
-    for a in sorted(int(a) % (x.ndim + len(axes)) for a in axes):
-        x = np.expand_dims(x, a)
-    return x
-
-
-def _reshape(x, shape, allowzero=0):
-    shape = [int(s) for s in shape]
-    if not allowzero:
-        shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
-    return x.reshape(shape)
-
-
-BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Equal": np.equal, "Less": np.less,
-          "Greater": np.greater, "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal,
-          "And": np.logical_and, "Or": np.logical_or, "Max": np.maximum, "Min": np.minimum, "Mod": np.mod,
-          "Pow": np.power}
 PROPAGATE_MAX_ELEMENTS = 1 << 18     # values propagated through shape arithmetic (index tables of attention)
 
 
@@ -156,44 +130,13 @@ def _made_elements(op: str, ins: list) -> int:
     return 0
 
 
-def _eval(node, ins: list, shapes: dict):
-    """Outputs of one node from known input values (numpy; onnx's reference for the ops not listed here)."""
-    op = node.op_type
-    x = ins[0] if ins else None
-    if _made_elements(op, ins) > PROPAGATE_MAX_ELEMENTS:
+def _eval(node, ins: list, shape):
+    """Outputs of one node from known input values: its registry entry's evaluator (numpy), else onnx's
+    reference implementation. shape: the first input's (Shape, Size)."""
+    if _made_elements(node.op_type, ins) > PROPAGATE_MAX_ELEMENTS:
         raise ValueError("too large to propagate")
-    if op == "Shape":
-        s = np.array(shapes, dtype=np.int64)
-        return [s[_a(node, "start", 0):_a(node, "end", None)]]
-    if op == "Size":
-        return [np.array(math.prod(shapes), dtype=np.int64)]
-    if op in BINARY:
-        return [BINARY[op](ins[0], ins[1]).astype(np.result_type(ins[0]) if op in ("Add", "Sub", "Mul", "Max", "Min", "Mod") else bool)]
-    if op == "Div":
-        r = ins[0] / ins[1] if np.issubdtype(ins[0].dtype, np.floating) else np.trunc(ins[0] / ins[1])
-        return [r.astype(ins[0].dtype)]
-    handlers = {
-        "Identity": lambda: [x], "Neg": lambda: [-x], "Not": lambda: [np.logical_not(x)], "Abs": lambda: [np.abs(x)],
-        "Floor": lambda: [np.floor(x)], "Ceil": lambda: [np.ceil(x)], "Sqrt": lambda: [np.sqrt(x)],
-        "Cast": lambda: [x.astype(helper.tensor_dtype_to_np_dtype(_a(node, "to")))],
-        "Gather": lambda: [np.take(x, ins[1].astype(np.int64), axis=_a(node, "axis", 0))],
-        "Unsqueeze": lambda: [_unsqueeze(x, ins[1] if len(ins) > 1 else _a(node, "axes"))],
-        "Squeeze": lambda: [np.squeeze(x, axis=tuple(int(a) for a in (ins[1] if len(ins) > 1 else _a(node, "axes")))
-                                       ) if (len(ins) > 1 or _a(node, "axes")) else np.squeeze(x)],
-        "Concat": lambda: [np.concatenate([np.atleast_1d(i) for i in ins], axis=_a(node, "axis", 0))],
-        "Slice": lambda: [_slice(x, *ins[1:]) if len(ins) > 1 else _slice(x, _a(node, "starts"), _a(node, "ends"), _a(node, "axes"))],
-        "Reshape": lambda: [_reshape(x, ins[1], _a(node, "allowzero", 0))],
-        "Range": lambda: [np.arange(ins[0], ins[1], ins[2]).astype(ins[0].dtype)],
-        "ConstantOfShape": lambda: [np.full([int(d) for d in x], numpy_helper.to_array(_a(node, "value")).reshape(-1)[0]
-                                            if _a(node, "value") is not None else np.float32(0))],
-        "Expand": lambda: [x * np.ones([int(d) for d in ins[1]], dtype=x.dtype)],
-        "Where": lambda: [np.where(ins[0], ins[1], ins[2])],
-        "ReduceProd": lambda: [np.prod(x, keepdims=bool(_a(node, "keepdims", 1)))],
-        "Transpose": lambda: [np.transpose(x, _a(node, "perm"))],
-        "Tile": lambda: [np.tile(x, [int(r) for r in ins[1]])],
-    }
-    fn = handlers.get(op)
-    return fn() if fn else _reference(node, ins)
+    op = lookup(node)
+    return op.evaluate(node, ins, shape) if op is not None and op.evaluate is not None else _reference(node, ins)
 
 
 def _reference(node, ins: list):
@@ -213,7 +156,7 @@ def propagate_values(model: onnx.ModelProto, shapes: dict[str, list[int]], value
                 or all(o in values for o in node.output if o):
             continue
         ins = [t for t in node.input]
-        if node.op_type in ("Shape", "Size"):
+        if node.op_type in SHAPE_READERS:
             if ins[0] not in shapes:
                 continue
             args, shp = [], shapes[ins[0]]
@@ -375,7 +318,6 @@ def _parsed(model: onnx.ModelProto | bytes) -> onnx.ModelProto:
 
 def _parse(model: onnx.ModelProto, constants: bool = True) -> tuple[dict, set[str]]:
     """TensorInfo of every typed tensor of the main graph, and the names typed as something else (sequences)."""
-    from lib.onnx.graph import _tensor_infos
     other: set[str] = set()
     tensors = _tensor_infos(model.graph, other, constants)
     return tensors, other
@@ -400,7 +342,6 @@ def _wanted(model: onnx.ModelProto, table=None) -> list[str]:
 def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None) -> Inferred:
     """Run the chain on a model whose inputs are fixed. For the execution step only: full_fn() gives the model
     with its weights, feeds_fn() its inputs. table: the model's NodeTable, when the caller has it."""
-    from lib.onnx.graph import TensorInfo, _small_values
     table = table if table is not None and len(table.ops) == len(model.graph.node) else None   # the model's own
     want = _wanted(model, table)
     values = _small_values(model.graph, table)
