@@ -799,18 +799,20 @@ def report(out: dict, tiny_printed: bool = False) -> list[str]:
     for name, rec in out["models"].items():
         if rec.get("macs_by_op"):
             print_macs(name, rec["macs_by_op"])
-    loads = [r["load1"] for rec in out["models"].values() for k in ("s02", "s07", "peer", "floor")
+    loads = [r["load1"] for rec in out["models"].values() for k in KINDS
              for r in rec.get(k, []) if r.get("load1") is not None]
     busy = (f"; 1-min load average when the runs started: median {statistics.median(loads):.1f}, max "
             f"{max(loads):.1f} on {out.get('cpus')} CPUs" if loads else "")
-    print("\n## Summary (medians of %d runs; wall time, peak RSS%s)\n" % (out["repeats"], busy))
+    head = "Summary (medians of %d runs; wall time, peak RSS%s)" % (out["repeats"], busy)
+    print(f"\n## {head}\n")
     lines = summary_table(out["models"], peer_ok)
     print("\n".join(lines))
+    lines = [head + ":", ""] + lines
     ba = before_after(out["models"], out.get("baseline_dir"))
     if ba:
         print("\nBefore and after, in the same runs (wall time, peak RSS; medians):\n")
         print("\n".join(ba))
-        lines += [""] + ba
+        lines += ["", "Before and after, in the same runs (wall time, peak RSS; medians):", ""] + ba
     lin = linearity(out["models"])
     if lin:
         print("\nLinearity on the synthetic graphs (seconds per 10k nodes; flat = linear):\n")
