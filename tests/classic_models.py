@@ -51,6 +51,19 @@ def build_sk_forest(path):
                 "RandomForestClassifier 5 trees of depth <= 3: TreeEnsembleClassifier + ZipMap")
 
 
+def build_sk_forest_strings(path):
+    """String class labels: the label output is tensor(string), ZipMap's keys are strings."""
+    from sklearn.ensemble import RandomForestClassifier
+    import skl2onnx
+    from skl2onnx import to_onnx
+    x, y = data()
+    clf = RandomForestClassifier(3, max_depth=2, random_state=0).fit(x, np.array(["cat", "cow", "dog"])[y])
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(to_onnx(clf, x[:1]), str(path))
+    return _facts(path, "sklearn_tree", f"skl2onnx=={skl2onnx.__version__}", {"X": x[:ROWS]}, 0,
+                  "RandomForestClassifier with string labels: tensor(string) label, ZipMap with string keys")
+
+
 def build_sk_gboost(path):
     from sklearn.ensemble import GradientBoostingClassifier
     return _skl(GradientBoostingClassifier(n_estimators=4, max_depth=2, random_state=0), path, "sklearn_tree",
@@ -109,5 +122,6 @@ def build_ir3_logreg(path):
                   "LogisticRegression coefficients in a LinearClassifier (softmax) + ZipMap; no default-domain opset")
 
 
-BUILDERS = {"sk_logreg": build_sk_logreg, "sk_forest": build_sk_forest, "sk_gboost": build_sk_gboost,
+BUILDERS = {"sk_logreg": build_sk_logreg, "sk_forest": build_sk_forest, "sk_forest_strings": build_sk_forest_strings,
+            "sk_gboost": build_sk_gboost,
             "sk_svm": build_sk_svm, "sk_pipeline": build_sk_pipeline, "lgbm": build_lgbm, "ir3_logreg": build_ir3_logreg}
