@@ -16,7 +16,8 @@ Builds into models/corpus/ and writes models/corpus/manifest.json, one entry per
 
 Sources
   * every class builder of tests/wild_models.py (small, random weights) and of tests/classic_models.py
-    (scikit-learn via skl2onnx, LightGBM via onnxmltools, an IR-3 model importing only ai.onnx.ml);
+    (scikit-learn via skl2onnx, LightGBM via onnxmltools, an IR-3 model importing only ai.onnx.ml, a torch
+    sampler with randn_like/rand/bernoulli through both exporters);
   * bigger local builds: torchvision swin_t and resnet50 through the TorchScript exporter
     (dynamo=False, opset 17), GPT-2 with KV cache exported by Hugging Face optimum (text-generation-with-
     past). optimum-onnx needs transformers<4.58 while .venv has 5.x: it is installed with
@@ -279,8 +280,9 @@ def _entries():
     out = {}
     for name, b in wm.BUILDERS.items():
         out[name] = (name, "built locally: tests/wild_models.py::" + b.__name__, b)
-    for name, b in cm.BUILDERS.items():     # classical ML: scikit-learn, LightGBM, IR-3 ai.onnx.ml only
-        out[name] = ("classical_ml", "built locally: tests/classic_models.py::" + b.__name__, b)
+    for name, b in cm.BUILDERS.items():     # classical ML (scikit-learn, LightGBM, IR-3 ai.onnx.ml only), random ops
+        out[name] = ("random_ops" if name.startswith("random_") else "classical_ml",
+                     "built locally: tests/classic_models.py::" + b.__name__, b)
 
     def tv(n, expected):
         def b(path):
