@@ -92,6 +92,10 @@ def test_value_evaluators_live_in_the_entries():
     assert ev["Shape"](shape, [None], [1, 3, 224, 224])[0].tolist() == [3, 224, 224]
     concat = helper.make_node("Concat", ["a", "b"], ["c"], axis=0)
     assert ev["Concat"](concat, [i64(1), np.int64(5)], None)[0].tolist() == [1, 5]
+    # what an op that builds a tensor from a shape would allocate, known before building it
+    assert REGISTRY["ConstantOfShape"].made_elements([i64(1000, 1000)]) == 1_000_000
+    assert REGISTRY["Range"].made_elements([np.int64(0), np.int64(10), np.int64(3)]) == 4
+    assert REGISTRY["Tile"].made_elements([i64(1, 2), i64(3)]) == 6 and REGISTRY["Add"].made_elements is None
 
 
 def test_docs_flags_table_is_the_registry():
