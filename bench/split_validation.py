@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/split_validation.py [--models resnet50 mobilenet_v2 efficientnet_b0 vit_b_16] [--top-k 5] [--record]
 
-Models are built into models/ when missing (random weights). Runs stages 02, 07 and 08 into results/<model>/.
+Models are built into models/ when missing (random weights). Runs stages 02, 03, 07 and 08 into results/<model>/.
 """
 import json
 import time
@@ -19,7 +19,7 @@ def main():
     out(f"{'model':<16} {'splits':>6} {'all pass':>8} {'worst max|diff|':>16} {'08 wall s':>10}")
     for name in a.models:
         model = ensure_model(name)
-        for stage in ("02_shapes_flops_bytes.py", "07_split_candidates.py"):
+        for stage in ("02_shapes_flops_bytes.py", "03_merge_profile_metrics.py", "07_split_candidates.py"):
             run_stage(stage, "--model", model)
         t0 = time.perf_counter()
         r = run_stage("08_export_splits.py", "--model", model, "--top-k", a.top_k, "--runs", 3, "--diagram", "none",

@@ -41,7 +41,7 @@ def written(tmp_path_factory):
                          ("05_energy_estimate.py", []), ("07_split_candidates.py", []),
                          ("08_export_splits.py", ["--top-k", "1", "--diagram", "none"]),
                          ("10_hailo_parse.py", ["--top-k", "1", "--backend", "static"])):
-        r = run_stage(stage, "--model", model, "--results", rdir, *extra)
+        r = run_stage(stage, "--model", model, "--results", rdir, *extra, env={"NN_PERF_CACHE_DIR": str(d / "cache")})
         assert r.returncode == 0, f"{stage}: {r.stderr}"
     r = run_stage("09_fx_partition.py", "--model", "tests.fx_models:fork_join", "--input-shape", "1x3x8x8",
                   "--results", d / "fx")
