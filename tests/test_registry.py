@@ -61,6 +61,7 @@ def test_op_facts_are_registry_flags():
     assert {"DequantizeLinear", "Cast", "Transpose"} <= names_with("stored_chain")
     assert {"RandomNormal", "Bernoulli"} <= names_with("random")
     assert names_with("reads_shape") == {"Shape", "Size"}
+    assert names_with("dtype_attribute") == names_with("random") | {"EyeLike"}
     assert REGISTRY["com.microsoft:QGemm"].int8 and REGISTRY["If"].control_flow
 
 

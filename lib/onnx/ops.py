@@ -46,6 +46,7 @@ class Op:
     random: bool = False            # draws random numbers: never folded into a constant or propagated
     control_flow: bool = False      # runs subgraph bodies (If, Loop, Scan)
     reads_shape: bool = False       # reads its input's shape alone, never its values (Shape, Size)
+    dtype_attribute: bool = False   # its attribute `dtype` is its output's element type (validate checks it)
 
 
 FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is generated from this)
@@ -56,6 +57,7 @@ FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is ge
     "random": "draws random numbers: never folded into a constant or propagated as a value",
     "control_flow": "runs subgraph bodies: the walk (lib/onnx/costs.py) costs them and hands over their totals",
     "reads_shape": "reads its input's shape alone: a source of shape arithmetic",
+    "dtype_attribute": "its attribute dtype is its output's element type: validation checks the op can make it",
 }
 REGISTRY: dict[str, Op] = {}
 
@@ -377,7 +379,9 @@ flag("DequantizeLinear", "QuantizeLinear", "Identity", "Cast", "Reshape", "Trans
 flag("ConvInteger", "QLinearConv", "MatMulInteger", "QLinearMatMul", "com.microsoft:QGemm",
      "com.microsoft:DynamicQuantizeMatMul", "com.microsoft:MatMulIntegerToFloat", "com.microsoft:QAttention",
      "com.microsoft:DynamicQuantizeLSTM", int8=True)
-flag("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", random=True)
+flag("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", random=True,
+     dtype_attribute=True)
+flag("EyeLike", dtype_attribute=True)
 
 
 # ---------------------------------------------------------------- value evaluators
