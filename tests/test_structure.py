@@ -9,6 +9,7 @@ import networkx as nx
 import pytest
 
 from conftest import REPO
+from lib.onnx.ops import REGISTRY
 
 LIB = REPO / "lib"
 
@@ -114,3 +115,27 @@ def test_no_stage_script_over_80_code_lines():
     assert len(STAGES) == 11
     _check([(p.name, n) for p in STAGES if (n := _code_lines(p)) > MAX_STAGE_CODE_LINES],
            f"stage scripts over {MAX_STAGE_CODE_LINES} code lines")
+
+
+# Literals of op names outside the registry that are not facts about ops: FX module kinds and FX's own cost cases
+# (lib/fx/analysis.py maps FX kinds onto registry entries), the micro-benchmarks' choice of cases, and the
+# inputs If / Loop read as conditions and trip counts (lib/onnx/shapes.py).
+NOT_OP_FACTS = {"lib.fx.analysis": None, "lib.latency.microbench": None, "lib.onnx.shapes": [["If", "Loop"]]}
+
+
+def test_op_facts_live_in_the_registry():
+    """No module keeps its own table of op names (two or more registered ops in a set, tuple, list or dict's
+    keys): it asks the registry (lookup, names_with) instead."""
+    names = {k.rpartition(":")[2] for k in REGISTRY}
+    files = {**_trees(), **{p.name: ast.parse(p.read_text(), str(p)) for p in STAGES}}
+    found = []
+    for name, tree in files.items():
+        if name in ("lib.onnx.ops", "lib.onnx.ops_ml") or NOT_OP_FACTS.get(name, []) is None:
+            continue
+        for node in ast.walk(tree):
+            elts = node.elts if isinstance(node, (ast.Set, ast.Tuple, ast.List)) else \
+                node.keys if isinstance(node, ast.Dict) else []
+            ops = [e.value for e in elts if isinstance(e, ast.Constant) and e.value in names]
+            if len(ops) >= 2 and ops not in NOT_OP_FACTS.get(name, []):
+                found.append(f"{name} line {node.lineno}: {ops}")
+    assert not found, "op tables outside the registry (lib/onnx/ops.py): " + "; ".join(found)

@@ -47,6 +47,9 @@ class Op:
     control_flow: bool = False      # runs subgraph bodies (If, Loop, Scan)
     reads_shape: bool = False       # reads its input's shape alone, never its values (Shape, Size)
     dtype_attribute: bool = False   # its attribute `dtype` is its output's element type (validate checks it)
+    rearranges: bool = False        # moves or reshapes elements, no arithmetic, same element type
+    reduces: bool = False           # folds its input along axes (Reduce*, global pools)
+    typed_by_input: bool = False    # its output's element type is not the one it computes in: its input's is
 
 
 FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is generated from this)
@@ -58,6 +61,9 @@ FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is ge
     "control_flow": "runs subgraph bodies: the walk (lib/onnx/costs.py) costs them and hands over their totals",
     "reads_shape": "reads its input's shape alone: a source of shape arithmetic",
     "dtype_attribute": "its attribute dtype is its output's element type: validation checks the op can make it",
+    "rearranges": "moves or reshapes elements, no arithmetic: ORT may run one as another (attribution)",
+    "reduces": "folds its input along axes: the longest such sum bounds a split's exactness check",
+    "typed_by_input": "computes in its input's element type, not its output's: the node's dtype column",
 }
 REGISTRY: dict[str, Op] = {}
 
@@ -374,8 +380,11 @@ register("If", "Loop", "Scan", op_class="control_flow", control_flow=True)(contr
 flag("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout", "Shape", "Size", view=True)
 flag("Shape", "Size", reads_shape=True)
 flag("Gather", "GatherElements", "GatherND", "Slice", pick=True)
-flag("DequantizeLinear", "QuantizeLinear", "Identity", "Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
-     "Flatten", stored_chain=True)
+flag("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten", rearranges=True, stored_chain=True)
+flag("DequantizeLinear", "QuantizeLinear", "Cast", stored_chain=True)
+flag("QuantizeLinear", "Cast", typed_by_input=True)
+flag("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp",
+     "ReduceLogSum", "ReduceMean", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", reduces=True)
 flag("ConvInteger", "QLinearConv", "MatMulInteger", "QLinearMatMul", "com.microsoft:QGemm",
      "com.microsoft:DynamicQuantizeMatMul", "com.microsoft:MatMulIntegerToFloat", "com.microsoft:QAttention",
      "com.microsoft:DynamicQuantizeLSTM", int8=True)
