@@ -64,6 +64,7 @@ def test_op_facts_are_registry_flags():
     assert names_with("dtype_attribute") == names_with("random") | {"EyeLike"}
     assert names_with("stored_chain") == names_with("rearranges") | {"DequantizeLinear", "QuantizeLinear", "Cast"}
     assert {"ReduceSum", "GlobalAveragePool"} <= names_with("reduces") and "ArgMax" not in names_with("reduces")
+    assert names_with("qdq_fused") == {"Conv", "MatMul", "Gemm"}
     assert REGISTRY["com.microsoft:QGemm"].int8 and REGISTRY["If"].control_flow
 
 

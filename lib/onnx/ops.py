@@ -50,6 +50,7 @@ class Op:
     rearranges: bool = False        # moves or reshapes elements, no arithmetic, same element type
     reduces: bool = False           # folds its input along axes (Reduce*, global pools)
     typed_by_input: bool = False    # its output's element type is not the one it computes in: its input's is
+    qdq_fused: bool = False         # DequantizeLinear -> op -> QuantizeLinear runs as one integer kernel in ORT
 
 
 FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is generated from this)
@@ -64,6 +65,7 @@ FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is ge
     "rearranges": "moves or reshapes elements, no arithmetic: ORT may run one as another (attribution)",
     "reduces": "folds its input along axes: the longest such sum bounds a split's exactness check",
     "typed_by_input": "computes in its input's element type, not its output's: the node's dtype column",
+    "qdq_fused": "fed by DequantizeLinear of 8-bit tensors, ORT runs it as an integer kernel (QLinearConv ...)",
 }
 REGISTRY: dict[str, Op] = {}
 
@@ -383,6 +385,7 @@ flag("Gather", "GatherElements", "GatherND", "Slice", pick=True)
 flag("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten", rearranges=True, stored_chain=True)
 flag("DequantizeLinear", "QuantizeLinear", "Cast", stored_chain=True)
 flag("QuantizeLinear", "Cast", typed_by_input=True)
+flag("Conv", "MatMul", "Gemm", qdq_fused=True)
 flag("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp",
      "ReduceLogSum", "ReduceMean", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", reduces=True)
 flag("ConvInteger", "QLinearConv", "MatMulInteger", "QLinearMatMul", "com.microsoft:QGemm",
