@@ -19,13 +19,14 @@ import pandas as pd
 
 from lib.analysis.device_time import device_time
 from lib.host import per_dtype
+from lib.onnx.ops import names_with
 
 BYTE_COLUMNS = ["act_in_bytes", "act_out_bytes", "weight_bytes"]
 LATENCY_COLUMNS = ["latency_us", "p10_us", "p90_us", "runs", "attribution", "fused_into"]
 
 
-VIEW_OPS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout", "Shape", "Size"}   # no data read
-PICK_OPS = {"Gather", "GatherElements", "GatherND", "Slice"}       # read what they pick, not the whole input
+VIEW_OPS = names_with("view")       # no data read (lib/onnx/ops.py's registry)
+PICK_OPS = names_with("pick")       # read what they pick, not the whole input
 LEVELS = ("L1", "L2", "L3", "DRAM")
 RESOLUTION_US = 1.0     # ORT's profiler records whole microseconds
 

@@ -24,6 +24,7 @@ from lib.artifacts import REPO, load_yaml
 from lib.latency import host_probe, kernel_model as km, microbench as mb, training_models as tm
 from lib.latency.latency_model import dump_yaml
 from lib.latency.training import micro_records, profile_models
+from lib.onnx.ops import REGISTRY
 from lib.progress import Progress
 
 TARGET_ERR = 0.10
@@ -109,24 +110,26 @@ def training_records(host: dict, quick: bool, threads: int, runs: int) -> list[d
     return recs
 
 
-KERNEL_TO_CASE_OP = {"SkipLayerNormalization": "LayerNormalization", "MatMulIntegerToFloat": "MatMulInteger",
-                     "DynamicQuantizeMatMul": "MatMulInteger", "QGemm": "Gemm", "BiasGelu": "Gelu", "FastGelu": "Gelu",
-                     "QuickGelu": "Sigmoid", "NhwcMaxPool": "MaxPool", "ReorderInput": "Conv", "ReorderOutput": "Conv"}
+# a class decided per node (Conv: dense, depthwise or grouped) counts as the family its name says
+CLASS_OF = {k.rpartition(":")[2]: op.op_class if isinstance(op.op_class, str) else
+            "conv" if "Conv" in k else "other" for k, op in REGISTRY.items()}
 
 
-def case_op(kernel_op: str) -> str:
-    op = kernel_op[len("Fused"):] if kernel_op.startswith("Fused") else kernel_op
-    return KERNEL_TO_CASE_OP.get(op, op)
+def case_class(kernel_op: str) -> str:
+    """The op class (the registry's, which the micro-benchmark families are named after) of an ORT kernel op:
+    Fused*/Nhwc* forms as their op, ORT's layout Reorder* as the convolutions they serve."""
+    op = kernel_op.removeprefix("Nhwc").removeprefix("Fused")
+    return "conv" if op.startswith("Reorder") else CLASS_OF.get(op, "other")
 
 
 def micro_cases(quick: bool, ops: set[str] | None = None, exclude: frozenset = frozenset()) -> list:
-    """Every other training case (quick: a few); with `ops`: every case (held-out shapes too) running one of
-    those ops, not run yet."""
+    """Every other training case (quick: a few); with `ops`: every case (held-out shapes too) of the op classes
+    of those kernel ops, not run yet."""
     cases = mb.cases(quick=quick)
     if ops is None:
         return cases[:8] if quick else [c for i, c in enumerate(cases) if c.split == "train" and i % 2 == 0]
-    want = {case_op(o) for o in ops}
-    return [c for c in cases if c.label not in exclude and want & set(c.label.split(" ")[0].split("+"))]
+    want = {case_class(o) for o in ops} - {"other"}
+    return [c for c in cases if c.label not in exclude and any(c.family.startswith(w) for w in want)]
 
 
 def bad_kernel_ops(lofo: pd.DataFrame, resid: pd.DataFrame, top: int = 6) -> set[str]:

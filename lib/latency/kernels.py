@@ -22,13 +22,18 @@ import pandas as pd
 
 from lib.analysis.roofline import kernel_node_bytes
 from lib.latency.profiling import LAYOUT_KERNELS, attribute, kernel_times
+from lib.onnx.ops import REGISTRY, names_with
 
 KERNEL_COLUMNS = ["kernel", "op", "pattern", "node", "nodes", "n_nodes", "flops", "macs", "weight_bytes",
                   "act_in_bytes", "act_out_bytes", "bytes", "compute_dtype", "dims", "out_numel", "layout",
                   "in_shapes", "out_shapes", "t_us", "p10_us", "p90_us", "runs"]
-VIEW_KERNELS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
-MAC_KERNELS = {"Gemm", "MatMul", "FusedMatMul", "FusedGemm", "Conv", "FusedConv", "QLinearMatMul", "MatMulInteger",
-               "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QGemm", "QLinearConv", "ConvInteger", "NhwcFusedConv"}
+VIEW_KERNELS = names_with("view")
+MAC_OPS = frozenset(k.rpartition(":")[2] for k, op in REGISTRY.items() if op.weight_input is not None)
+
+
+def is_mac_kernel(op: str) -> bool:
+    """A kernel op that does MACs: a registered MAC op, or ORT's Fused*/Nhwc* forms of one."""
+    return op.removeprefix("Nhwc").removeprefix("Fused") in MAC_OPS
 
 
 def _shape_text(shapes) -> str:
@@ -103,7 +108,7 @@ def _metric_arrays(g, metrics: pd.DataFrame) -> dict:
             "act_out": df["act_out_bytes"].to_numpy(float), "kbytes": kernel_node_bytes(df.reset_index()),
             "compute_dtype": cdt.fillna("float").astype(str).to_numpy(object),
             "shape_op": (df["shape_op"].fillna(False).astype(bool).to_numpy() if "shape_op" in df else np.zeros(len(df), bool))
-            | np.isin([n.op_type for n in g.nodes], ["Constant", "ConstantOfShape", "Identity", "Dropout"]),
+            | np.array([n.op_type.startswith("Constant") or n.op_type in VIEW_KERNELS for n in g.nodes], dtype=bool),
             "dims": df["out_shapes"].fillna("").astype(str).str.split(";").str[0].to_numpy(object)}
 
 
@@ -119,7 +124,7 @@ def _views_to_producers(anchor: dict, ops: dict, optimized: onnx.ModelProto | No
         k = n.name or f"{n.op_type}_{i}"
         if ops.get(k) in VIEW_KERNELS and anchor.get(k) is not None and mac[anchor[k]] and n.input:
             p = prod.get(n.input[0])
-            if p is not None and ops.get(p) in MAC_KERNELS and (anchor.get(p) is None or not mac[anchor[p]]):
+            if p is not None and is_mac_kernel(ops.get(p, "")) and (anchor.get(p) is None or not mac[anchor[p]]):
                 anchor[p] = anchor[k]
 
 

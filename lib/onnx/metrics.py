@@ -28,9 +28,8 @@ def _mac_dtype(n, g: Graph, op) -> str:
     return dtype_name(t.elem_type) if t is not None else "unknown"
 
 
-INT_MAC_OPS = {"ConvInteger", "QLinearConv", "MatMulInteger", "QLinearMatMul", "QGemm", "DynamicQuantizeMatMul",
-               "MatMulIntegerToFloat", "QAttention", "DynamicQuantizeLSTM"}
-QDQ_FUSED = {"Conv", "MatMul", "Gemm"}      # ORT runs DequantizeLinear -> these -> QuantizeLinear as integer kernels
+INT_MAC_OPS = names_with("int8")            # integer kernels (the registry's flags, lib/onnx/ops.py)
+QDQ_FUSED = names_with("qdq_fused")         # ORT runs DequantizeLinear -> these -> QuantizeLinear as integer kernels
 INT_TYPES = {"int8", "uint8"}
 
 
