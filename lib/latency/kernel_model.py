@@ -15,8 +15,8 @@ few residuals); a session's interval adds the kernels' ends.
 
 Session latency = (1 + a) x sum(kernels) + b x n_kernels + c, a, b, c >= 0 fitted by non-negative least
 squares on the training models' sessions (scipy nnls): the thread-pool start, dispatch and session overhead
-between kernels. The target is each model's kernel sum plus the lower quartile over its runs of the time outside
-the kernels: on a machine shared with other work that time carries descheduled threads, which only ever add.
+between kernels. The target is each model's kernel sum plus the median over its runs of the time outside the
+kernels (on a machine shared with other work that time also carries descheduled threads).
 """
 from __future__ import annotations
 
