@@ -22,10 +22,11 @@ from lib.errors import StageError
 from lib.provenance import Results
 from lib.units import fmt_binary_bytes
 from lib.analysis.roofline import node_bytes
+from lib.report.graph import THRESHOLD, graph_section
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "report.html.j2"
-SECTIONS = [("summary", "Summary"), ("time", "Where the time goes"), ("roofline", "Roofline"),
+SECTIONS = [("summary", "Summary"), ("graph", "Graph"), ("time", "Where the time goes"), ("roofline", "Roofline"),
             ("critical-path", "Critical path"), ("energy", "Energy"), ("offload", "Offload candidates (Amdahl)"),
             ("splits", "Two-device splits"), ("what-if", "What if: other devices and link")]
 # stamped meta files (run id + identity) a report may combine; metrics_meta.json (stage 02) is required
@@ -479,13 +480,15 @@ def _env():
     return env
 
 
-def build(rdir: Path, light=None, top_nodes: int = 15) -> tuple[str, dict]:
-    """The report page of one results folder, and what report_meta.json records about it."""
+def build(rdir: Path, light=None, top_nodes: int = 15, graph: tuple = (None, THRESHOLD)) -> tuple[str, dict]:
+    """The report page of one results folder, and what report_meta.json records about it. graph: the graph
+    section's layout library (None: dot when installed) and the node count above which it is collapsed."""
     import plotly
     from markupsafe import Markup
 
     art = Artifacts(rdir, light)
-    s = {"summary": summary_section(art), "time": time_section(art, top_nodes), "roofline": roofline_section(art),
+    s = {"summary": summary_section(art), "graph": graph_section(art, graph[1], graph[0]),
+         "time": time_section(art, top_nodes), "roofline": roofline_section(art),
          "critical-path": critical_path_section(art), "energy": energy_section(art), "offload": offload_section(art),
          "splits": splits_section(art), "what-if": whatif_section(art)}
     for sec in s.values():
@@ -494,12 +497,16 @@ def build(rdir: Path, light=None, top_nodes: int = 15) -> tuple[str, dict]:
                 sec[k] = Markup(sec[k])
     if s["what-if"]["ok"]:
         s["what-if"]["json"] = Markup(s["what-if"]["json"])
+    gsec = s["graph"]
+    if gsec["ok"]:
+        gsec["json"] = Markup(script_json(gsec.pop("data")))
     html = _env().get_template(TEMPLATE).render(
         page="report", title=Path(rdir).name, sections=SECTIONS, s=s, plotly_js=Markup(plotly.offline.get_plotlyjs()),
         plotly_version=plotly.__version__, identity=art.identity)
     meta = {"sections": {k: "ok" if v["ok"] else v["missing"] for k, v in s.items()}, "read": sorted(set(art.read)),
             "figures": index_figures(art), "plotly": plotly.__version__,
-            "roofline_points": s["roofline"].get("points")}
+            "roofline_points": s["roofline"].get("points"),
+            "graph": {k: gsec[k] for k in ("n", "collapsed", "views", "engine", "time")} if gsec["ok"] else None}
     return html, {"meta": meta, "metas": art.metas}
 
 
