@@ -309,7 +309,9 @@ def test_scopes_and_layout_engines():
     assert vs[0]["items"] == [("g", 1), ("n", 9)] and vs[1]["label"] == "a" and len(vs) == 5
     assert [vs[ref]["label"] for k, ref in vs[1]["items"]] == ["a.0", "a.1", "a.2"]
     assert vs[2]["items"] == [("n", 0), ("n", 1), ("n", 2)] and vs[2]["parent"] == 1
-    assert scopes(["n0", "n1"], ["", ""]) == [["nodes 0-1"], ["nodes 0-1"]]
+    assert scopes(["c", "n1", "n2"], ["", "a.b", "a"], succs=[[1], [2], []]) == [["a", "a.b"], ["a", "a.b"], ["a"]]
+    flat = views([[]] * 450, threshold=200)                    # no scope at all: runs of 200 nodes
+    assert [vs_["label"] for vs_ in flat[1:]] == ["nodes 0-199", "nodes 200-399", "nodes 400-449"]
     sizes, edges = [(80.0, 28.0)] * 4, [(0, 1, "1x8"), (0, 2, "1x8"), (1, 3, "1x8"), (2, 3, "1x8")]
     for name in ("dot", "grandalf") if shutil.which("dot") else ("grandalf",):
         (lay,) = layout_many([(sizes, edges)], name)

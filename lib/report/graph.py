@@ -6,7 +6,8 @@ Node fill: share of measured time (01, merged by 03), else of predicted time (03
 memory-bound (03's roofline). Drawn over it: 04's critical path, the fused groups (an ORT kernel and the original
 nodes fused into it, 03's fused_into column) and 07's chosen split. A graph above THRESHOLD nodes is collapsed by
 layer name scope (a TorchScript export's '/layer1/layer1.0/conv1/Conv' path, else the exporter's layer name);
-each scope is a box that opens on click into its own layout. Layout: lib/report/layout.py.
+each scope is a box that opens on click into its own layout; a scope still above THRESHOLD without inner
+scopes opens into runs of CHUNK nodes in topological order. Layout: lib/report/layout.py.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from lib.onnx.loading import ARRAYS_FILE
 from lib.report import layout
 
 THRESHOLD = 500        # above it, collapsed by layer name scope
-CHUNK = 200            # a graph without any layer name is grouped by runs of this many nodes in topological order
+CHUNK = 200            # a scope (or graph) without inner scopes is split in runs of this many nodes in topological order
 NODE_H, GROUP_H = 28.0, 40.0
 
 
@@ -28,11 +29,26 @@ def _text_w(text: str, lo: float = 70.0, hi: float = 220.0) -> float:
     return float(min(hi, max(lo, 6.6 * len(text) + 18)))
 
 
-def scopes(names: list[str], layers: list[str]) -> list[list[str]]:
-    """The layer name scope of each node, outermost first: a TorchScript path, else [layer], else runs of CHUNK."""
-    out = [n.split("/")[1:-1] if n.startswith("/") else ([lay] if lay else []) for n, lay in zip(names, layers)]
+def _dotted(layer: str) -> list[str]:
+    """'features.1.0.attn' -> ['features', 'features.1', 'features.1.0', 'features.1.0.attn']."""
+    parts = layer.split(".")
+    return [".".join(parts[:k]) for k in range(1, len(parts) + 1)] if layer else []
+
+
+def scopes(names: list[str], layers: list[str], succs: list[list[int]] | None = None,
+           preds: list[list[int]] | None = None) -> list[list[str]]:
+    """The layer name scope of each node, outermost first: a TorchScript path ('/layer1/layer1.0/conv1/Conv'), else
+    the layer name's dotted prefixes. A node without one (an exporter's Constant, a shape computation) takes its
+    first consumer's, else its producer's."""
+    out = [n.split("/")[1:-1] if n.startswith("/") else _dotted(lay) for n, lay in zip(names, layers)]
     if not any(out):
-        out = [[f"nodes {k - k % CHUNK}-{min(k - k % CHUNK + CHUNK, len(names)) - 1}"] for k in range(len(names))]
+        return out
+    for p in reversed(range(len(out))) if succs is not None else ():
+        if not out[p]:
+            out[p] = next((out[c] for c in succs[p] if out[c]), [])
+    for p in range(len(out)) if preds is not None else ():
+        if not out[p]:
+            out[p] = next((out[q] for q in preds[p] if out[q]), [])
     return out
 
 
@@ -56,8 +72,9 @@ def views(scope: list[list[str]], threshold: int = THRESHOLD) -> list[dict]:
                 depth += 1                            # one scope around everything: look one level in
                 continue
             break
-        if not groups:
-            return vi
+        if not groups:                                # no scope inside: runs of CHUNK nodes in topological order
+            groups = {f"nodes {k}-{min(k + CHUNK, len(members)) - 1}": members[k:k + CHUNK]
+                      for k in range(0, len(members), CHUNK)}
         first = {}
         for key, ms in groups.items():
             if len(ms) > 1:
@@ -234,7 +251,9 @@ def graph_section(art, threshold: int = THRESHOLD, prefer: str | None = None) ->
     path, boundary, split_label = _positions(art, names)
     side = ["A" if i <= boundary else "B" for i in range(len(names))] if boundary is not None else [""] * len(names)
     edges = _Edges(arrays, shapes, path, boundary)
-    vs = views(scopes(names, [str(x) for x in _col(df, "layer", "")]), threshold)
+    layers = [str(x) for x in _col(df, "layer", "")]
+    vs = views(scopes(names, layers, arrays.succs(), arrays.preds()) if len(names) > threshold else [[]] * len(names),
+               threshold)
     name = layout.engine(prefer)
     data = {"nodes": _nodes_json(df, set(path), side), "time": kind, "threshold": threshold,
             "views": _layout_views(vs, len(names), df["op_type"].tolist(), edges, name),
