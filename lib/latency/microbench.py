@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ import pandas as pd
 from onnx import TensorProto, helper, numpy_helper
 
 from lib.latency.profiling import LAYOUT_KERNELS   # ORT's layout/copy kernels, dropped from the micro timings
+from lib.progress import Progress
 
 NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.uint8): TensorProto.UINT8,
               np.dtype(np.int8): TensorProto.INT8, np.dtype(np.int32): TensorProto.INT32,
@@ -830,6 +830,7 @@ def run_cases(case_list: list[Case], *, threads: int = 0, budget_s: float = 80.0
     per_case_s = budget_s / max(len(ids), 1)
     rows = []
     t_start = time.perf_counter()
+    prog = Progress("micro-benchmarks", total=len(ids)) if progress else None
     with tempfile.TemporaryDirectory(prefix="microbench_") as tmp:
         for i, (pid, c) in enumerate(ids):
             b = _build([(pid, c)], seed)
@@ -850,11 +851,10 @@ def run_cases(case_list: list[Case], *, threads: int = 0, budget_s: float = 80.0
             df["threads"] = threads
             df["is_case_node"] = df["node"] == pid
             rows.append(df)
-            if progress and (i % 10 == 9 or i == len(ids) - 1):
-                print(f"\r  micro-benchmarks: {i + 1}/{len(ids)} cases, {time.perf_counter() - t_start:.0f} s",
-                      end="", file=sys.stderr, flush=True)
-    if progress:
-        print(file=sys.stderr)
+            if prog:        # one updating line on a terminal, a whole line now and then in a log
+                prog.update(i + 1, c.label)
+    if prog:
+        prog.done(f"{len(ids)} cases in {time.perf_counter() - t_start:.0f} s")
     return pd.concat(rows, ignore_index=True)
 
 
