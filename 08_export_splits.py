@@ -24,7 +24,7 @@ from lib.onnx.inputs import InputSpec, value_hint
 from lib.onnx.loading import analysed
 from lib.provenance import stamp
 from lib.split.diagram import dot_program
-from lib.split.ranking import choose_boundaries
+from lib.split.ranking import choose_boundaries, small_model_note
 
 
 def add_flags(p) -> None:
@@ -87,7 +87,7 @@ def main(argv=None):
     if a.benchmark_set:
         benchmark_set(Path(a.benchmark_set), a.rdir, [a.rdir / "splits" / f"b{b}" for b in chosen])
         print(f"benchmark set in {a.benchmark_set}: python {Path(a.benchmark_set) / 'benchmark_suite.py'}")
-    print(closing_line(reports, kept, s, a.atol, a.rdir / "validation_report.json"))
+    print(closing_line(reports, kept, s, a.atol, a.rdir / "validation_report.json", small_model_note(len(an.graph.nodes))))
     return 0 if all(r["pass"] is True for r in reports) else 1
 
 
