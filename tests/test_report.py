@@ -319,3 +319,24 @@ def test_scopes_and_layout_engines():
         assert ys[0] < ys[1] == ys[2] < ys[3], name             # layered, top to bottom
         assert all(0 <= b[0] - b[2] / 2 and b[0] + b[2] / 2 <= lay.w + 1 for b in lay.boxes), name
         assert len(lay.paths) == 4 and all(p[0].startswith("M") for p in lay.paths)
+
+
+def test_without_graphviz_the_graph_is_laid_out_by_grandalf(built, tmp_path):
+    """No dot on PATH: the default falls back to grandalf (same sections, every node laid out); asking for dot is a
+    clean one-line error (exit 2)."""
+    model, rdir = built
+    copy = tmp_path / "cnn"
+    shutil.copytree(rdir, copy, ignore=shutil.ignore_patterns("splits"))
+    env = {"PATH": str(tmp_path)}                              # python runs by its full path; no dot on this PATH
+    r = run_stage("11_report.py", "--results", copy, "--no-index", env=env)
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((copy / "report_meta.json").read_text())["graph"]
+    assert meta["engine"].startswith("grandalf") and meta["n"] == 9 and not meta["collapsed"]
+    html = (copy / "report.html").read_text()
+    data = json.loads(html.split('id="graph-data">', 1)[1].split("</script>", 1)[0])
+    assert sorted(it[1] for it in data["views"][0]["items"] if it[0] == "n") == list(range(9))
+    r = run_stage("11_report.py", "--results", copy, "--no-index", "--graph-layout", "dot", env=env)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "needs Graphviz" in lines[0] and "Traceback" not in r.stderr
+    r = run_stage("11_report.py", "--results", copy, "--no-index", "--graph-collapse-above", "0")
+    assert r.returncode == 2 and "--graph-collapse-above" in r.stderr
