@@ -8,13 +8,16 @@ Prints the graph's node count, how 11 drew it (collapsed or not, the views, the 
 took, and in chromium: the time from navigation to the graph drawn (the whole page loaded: Plotly and every
 section), and the time to open the largest scope box. The issue's bar: open in under 10 s.
 """
-import sys
+import json
 import time
+import warnings
 from pathlib import Path
 
-from _models import REPO, parser, run_stage
+from playwright.sync_api import sync_playwright
 
-sys.path.insert(0, str(REPO))
+from _models import REPO, parser, run_stage
+from record import record
+
 
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 
@@ -24,9 +27,7 @@ def export_torchscript(name: str, out: Path) -> Path:
     names carry the module path ('/features/features.1/features.1.0/attn/MatMul'), as such files in the wild do."""
     if out.exists():
         return out
-    import warnings
-
-    import torch
+    import torch            # heavy: only when the model must be built
     import torchvision
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -39,7 +40,6 @@ def export_torchscript(name: str, out: Path) -> Path:
 
 
 def open_in_chromium(report: Path, chromium: str) -> dict:
-    from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=BROWSER_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -72,7 +72,6 @@ def main():
     t0 = time.perf_counter()
     run_stage("11_report.py", "--model", model, "--results", rdir, "--no-index")
     build = time.perf_counter() - t0
-    import json
     meta = json.loads((rdir / "report_meta.json").read_text())
     g = meta["graph"]
     r = open_in_chromium(rdir / "report.html", a.chromium)
@@ -83,7 +82,6 @@ def main():
              f"largest scope box ({r['expand_items']} items) opened in {r['expand_s']:.2f} s"]
     print("\n".join(lines))
     if a.record:
-        from bench.record import record
         table = ("| figure | value |\n| --- | --- |\n"
                  f"| nodes | {g['n']} |\n| views (collapsed by scope) | {g['views']} |\n| layout | {g['engine']} |\n"
                  f"| 11_report.py wall time | {build:.1f} s |\n| page size | {meta['report_bytes'] / 2 ** 20:.1f} MiB |\n"

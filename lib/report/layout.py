@@ -11,6 +11,10 @@ import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from importlib.metadata import version
+
+from grandalf.graphs import Edge, Graph, Vertex
+from grandalf.layouts import SugiyamaLayout
 
 from lib.errors import StageError
 
@@ -41,7 +45,6 @@ def engine_name(name: str) -> str:
     if name == "dot":
         out = subprocess.run(["dot", "-V"], capture_output=True, text=True)
         return (out.stderr or out.stdout).strip().replace(" - ", ": ") or "graphviz dot"
-    from importlib.metadata import version
     return f"grandalf {version('grandalf')} (Sugiyama; Graphviz dot not installed)"
 
 
@@ -96,9 +99,6 @@ class _View:
 
 
 def _grandalf(sizes, edges, gap: float = 30.0) -> Layout:
-    from grandalf.graphs import Edge, Graph, Vertex
-    from grandalf.layouts import SugiyamaLayout
-
     vs = [Vertex(i) for i in range(len(sizes))]
     for v, (w, h) in zip(vs, sizes):
         v.view = _View(w, h)
@@ -126,6 +126,7 @@ def _grandalf(sizes, edges, gap: float = 30.0) -> Layout:
         pts = e.view.pts
         (x1, y1), (x2, y2) = pts[0], pts[-1]
         pts = [(x1, y1 + e.v[0].view.h / 2), *pts[1:-1], (x2, y2 - e.v[1].view.h / 2)]   # box edge to box edge
-        mid = pts[len(pts) // 2 - 1] if len(pts) > 2 else ((x1 + x2) / 2, (pts[0][1] + pts[-1][1]) / 2)
+        k = (len(pts) - 1) // 2                     # the label at the middle of the middle segment
+        mid = ((pts[k][0] + pts[k + 1][0]) / 2, (pts[k][1] + pts[k + 1][1]) / 2)
         paths.append(("M" + " L".join(f"{x:.1f},{y:.1f}" for x, y in pts), mid[0] + 4, mid[1]))
     return Layout(max(x0 - gap, 1.0), height + 10, boxes, paths)
