@@ -52,7 +52,7 @@ def open_in_chromium(report: Path, chromium: str) -> dict:
         big = max(range(1, len(views)), key=views.__getitem__) if len(views) > 1 else 0
         t1 = time.perf_counter()
         page.evaluate(f"() => nnperfGraph.draw({big})")
-        page.wait_for_selector(f'#graph-svg[data-view="{big}"]')
+        page.wait_for_selector(f'#graph-svg[data-shown="{big}"]')
         expand = time.perf_counter() - t1
         browser.close()
     return {"open_s": opened, "elements": drawn, "expand_s": expand, "expand_items": views[big]}

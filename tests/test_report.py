@@ -259,6 +259,16 @@ def test_graph_section_draws_every_node_and_shape(browser, built):
     assert row["FLOPs"] == f"{prof['flops'] / 1e6:.3g} MFLOP" and row["output shapes"] == shapes["c2"]
     page.fill("#graph-search", "relu")
     assert page.locator("#graph .gnode.hit").count() == 2 and "2 match" in page.inner_text("#graph-hits")
+    for _ in range(4):
+        page.click("#graph-zoom-in")                            # 2.4x: taller than the canvas
+    page.locator("#graph-canvas").scroll_into_view_if_needed()
+    box = page.locator("#graph-canvas").bounding_box()
+    x, y = box["x"] + box["width"] - 30, box["y"] + box["height"] - 30    # the background, right of the drawing
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x, y - 200, steps=4)
+    page.mouse.up()
+    assert page.evaluate("() => document.getElementById('graph-canvas').scrollTop") == pytest.approx(200, abs=2)
     assert errors == []
     page.close()
 
