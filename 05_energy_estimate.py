@@ -15,7 +15,7 @@ configs/offload.yaml. The graph's structure (fusable neighbours) comes from stag
 from lib import cli
 from lib.artifacts import CONFIGS, read_csv, versions, write_csv, write_json
 from lib.analysis.energy import (METHODS, amdahl_table, kernel_table, load_offload, measure_counter, node_energy,
-                                 power_source, print_report, rapl_zones, whole_model)
+                                 power_source, print_report, whole_model)
 from lib.errors import StageError
 from lib.host import load_host
 from lib.onnx.loading import analysed_arrays
@@ -44,9 +44,8 @@ def main(argv=None):
     source = "measured" if metas["merge_meta.json"]["latency_source"] == "measured" else "predicted"
     if source == "predicted":
         prof["latency_us"] = prof["t_pred_us"]
-    zones = [] if a.no_counter else rapl_zones()
     shapes = metas["merge_meta.json"]["identity"]["inputs"]["input_shapes"]
-    counter = measure_counter(a.model, shapes, spec, zones, a.counter_window_s) if zones else None
+    counter, why = measure_counter(a.model, shapes, spec, a.counter_window_s, skip=a.no_counter)
     power = power_source(a.avg_power_w, float(host["avg_power_w"]), a.host, counter)
     cls = list(prof["op_class"])
     energy = node_energy(prof, host, power["power_w"])
@@ -57,8 +56,6 @@ def main(argv=None):
     write_csv(energy, a.rdir / "energy.csv")
     write_csv(kernels, a.rdir / "kernel_candidates.csv")
     write_csv(amd, a.rdir / "amdahl.csv")
-    why = "--no-counter" if a.no_counter else ("read" if counter else "no readable RAPL zone" if not zones else
-                                               "the counters did not move")
     write_json(stamp({"avg_power_w": power["power_w"], "power": power, "time_source": source, "methods": list(METHODS),
                       "counter": counter, "counter_status": why, "energy_per_inference": whole, "host_config": a.host,
                       "offload_config": a.offload, "offload": off, "versions": versions()},

@@ -14,7 +14,8 @@ from onnx import helper
 
 from conftest import REPO, make_model, run_stage, small_cnn, tensor
 from lib.analysis.dag import longest_path, stages, summary
-from lib.analysis.energy import METHODS, amdahl, amdahl_multi, counter_energy, power_source, rapl_zones
+from lib.analysis.energy import METHODS, amdahl, amdahl_multi, counter_energy, measure_counter, power_source, rapl_zones
+from lib.onnx.inputs import InputSpec
 from lib.onnx.graph import build_graph
 
 
@@ -95,6 +96,14 @@ def test_counter_energy_subtracts_idle_and_undoes_wraparound(tmp_path):
     assert c["zones"] == ["intel-rapl:0 (package-0)"]
     assert counter_energy(lambda: None, [zone], window_s=1.0) is None           # a counter that never moves
     assert power_source(None, 20.0, "configs/host.yaml", c)["source"] == "counter"
+    model, broken = tmp_path / "cnn.onnx", tmp_path / "broken.onnx"
+    small_cnn(model)
+    broken.write_bytes(b"not a model")
+    shapes = {"x": [1, 3, 32, 32]}                 # nothing writes the fake counter now: it does not move
+    assert measure_counter(model, shapes, InputSpec(), 1.0, root=tmp_path) == (None, "the counters did not move")
+    got, why = measure_counter(broken, shapes, InputSpec(), 1.0, root=tmp_path)
+    assert got is None and why.startswith("the counters were not read: ")
+    assert measure_counter(model, {}, InputSpec(), 1.0, skip=True) == (None, "--no-counter")
     assert power_source(7.0, 20.0, "configs/host.yaml", c)["label"].startswith("7 W given by --avg-power-w")
     assert "assumed in configs/host.yaml" in power_source(None, 20.0, "configs/host.yaml", None)["label"]
 

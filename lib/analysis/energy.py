@@ -53,7 +53,7 @@ def _delta_j(zones: list[Path], before: list[int], after: list[int]) -> float:
     """Joules between two readings, each zone's wrap-around (at max_energy_range_uj) undone."""
     total = 0
     for z, a, b in zip(zones, before, after):
-        if b < a:
+        if b < a:                               # unreadable range: ValueError/OSError, the reading is dropped
             b += int((z / "max_energy_range_uj").read_text())
         total += b - a
     return total * 1e-6
@@ -82,12 +82,21 @@ def counter_energy(run, zones: list[Path], window_s: float = 1.0, sleep=time.sle
             "zones": [f"{z.name} ({_zone_name(z)})" for z in zones]}
 
 
-def measure_counter(model_path, shapes: dict, spec: InputSpec, zones: list[Path], window_s: float) -> dict | None:
-    """The model's energy per inference from the counters: ORT on the CPU, the inputs of the recorded spec."""
-    model = onnx.load(str(model_path), load_external_data=False)
-    feeds = make_feeds(model, shapes, spec)
-    sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    return counter_energy(lambda: sess.run(None, feeds), zones, window_s)
+def measure_counter(model_path, shapes: dict, spec: InputSpec, window_s: float, skip: bool = False,
+                    root: str | Path | None = None) -> tuple[dict | None, str]:
+    """The model's energy per inference from the RAPL counters (ORT on the CPU, the inputs of the recorded spec),
+    and what happened: 'read', '--no-counter', 'no readable RAPL zone', or why the reading failed."""
+    zones = [] if skip else rapl_zones(root)
+    if skip or not zones:
+        return None, "--no-counter" if skip else "no readable RAPL zone"
+    try:
+        model = onnx.load(str(model_path), load_external_data=False)
+        feeds = make_feeds(model, shapes, spec)
+        sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+        counter = counter_energy(lambda: sess.run(None, feeds), zones, window_s)
+    except Exception as e:  # noqa: BLE001 - ORT's errors, an unreadable counter: 05 goes on without the counter
+        return None, f"the counters were not read: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}"
+    return counter, "read" if counter else "the counters did not move"
 
 
 def whole_model(energy: pd.DataFrame, power: dict, counter: dict | None, t_total_us: float, source: str) -> dict:
