@@ -2,14 +2,15 @@
 """Stage 11: one self-contained page per model, results/<stem>/report.html, and results/index.html.
 
 The report answers, section by section: summary (model, inputs, latency and its spread, kernel-time coverage,
-MACs, FLOPs, weights, peak activation memory, host), the graph (laid out top to bottom by Graphviz dot, or grandalf
-without it: shapes on the edges, time share as fill, roofline bound as border, critical path, fused groups and the
-chosen split drawn over it; collapsed by layer name scope above --graph-collapse-above nodes), where the time goes (top nodes with their layer names,
-op classes, compute- vs memory-bound share of time), an interactive roofline, the critical path, energy (each
-figure with its method: counter, power x time with whose power, component model), offload candidates (Amdahl with the S_k used), two-device splits (advice
-against the all-on-A / all-on-B baselines, throughput, every exported split with its diagram and
-validation) and a what-if panel that re-runs stage 07's split model in the page for other link and device
-figures. A section whose artifacts are missing says which stage to run. Artifacts that do not belong
+MACs, FLOPs, weights, peak activation memory, host), the graph (laid out top to bottom by Graphviz dot, or by
+grandalf without it: shapes on the edges, time share as fill, roofline bound as border, the critical path,
+fused groups and the chosen split drawn over it; collapsed by layer name scope above --graph-collapse-above
+nodes), where the time goes (top nodes with their layer names, op classes, compute- vs memory-bound share of
+time), an interactive roofline, the critical path, energy (each figure with its method: counter, power x time
+with whose power, component model), offload candidates (Amdahl with the S_k used), two-device splits (advice
+against the all-on-A / all-on-B baselines, throughput, every exported split with its diagram and validation)
+and a what-if panel that re-runs stage 07's split model in the page for other link and device figures.
+A section whose artifacts are missing says which stage to run. Artifacts that do not belong
 together (another model, other inputs, an older run) are refused. Plotly's JavaScript is embedded once: the
 file opens from disk, with no network. Also writes report_meta.json (what was read) and regenerates the index
 of every analysed model next to the results folder.
