@@ -96,6 +96,7 @@ def test_missing_artifacts_are_named_not_fatal(tmp_path):
     assert "07_split_candidates.py" in meta["splits"] and "07_split_candidates.py" in meta["what-if"]
     html = (rdir / "report.html").read_text()
     assert html.count('class="missing"') >= 3 and "roofline time instead" in html
+    assert meta["graph"] == "ok" and "fill: share of <b>predicted</b> time" in html    # no profile: the legend says so
 
 
 def test_refuses_artifacts_that_do_not_belong_together(built, tmp_path):
