@@ -16,7 +16,8 @@ Builds into models/corpus/ and writes models/corpus/manifest.json, one entry per
 
 Sources
   * every class builder of tests/wild_models.py (small, random weights) and of tests/classic_models.py
-    (scikit-learn via skl2onnx, LightGBM via onnxmltools, an IR-3 model importing only ai.onnx.ml);
+    (scikit-learn via skl2onnx, LightGBM via onnxmltools, an IR-3 model importing only ai.onnx.ml, a torch
+    sampler with randn_like/rand/bernoulli through both exporters);
   * every class builder of tests/unseen_models.py (issue 29: a GRU whose npz holds only its zero state,
     a conv + transformer, an fp16 model with fp32 IO, torch.randn_like through both exporters);
   * bigger local builds: torchvision swin_t and resnet50 through the TorchScript exporter
@@ -282,8 +283,9 @@ def _entries():
     out = {}
     for name, b in wm.BUILDERS.items():
         out[name] = (name, "built locally: tests/wild_models.py::" + b.__name__, b)
-    for name, b in cm.BUILDERS.items():     # classical ML: scikit-learn, LightGBM, IR-3 ai.onnx.ml only
-        out[name] = ("classical_ml", "built locally: tests/classic_models.py::" + b.__name__, b)
+    for name, b in cm.BUILDERS.items():     # classical ML (scikit-learn, LightGBM, IR-3 ai.onnx.ml only), random ops
+        out[name] = ("random_ops" if name.startswith("random_") else "classical_ml",
+                     "built locally: tests/classic_models.py::" + b.__name__, b)
     for name, b in um.BUILDERS.items():     # issue 29's classes: partial npz, conv+transformer, fp16, random ops
         out[name] = (name, "built locally: tests/unseen_models.py::" + b.__name__, b)
 
