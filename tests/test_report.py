@@ -275,21 +275,22 @@ def test_graph_section_draws_every_node_and_shape(browser, built):
 
 
 def scoped_chain(path, blocks: int = 3, per: int = 4):
-    """A chain of Relu nodes named as a TorchScript export names them: /blk{b}/act{k}/Relu."""
+    """A chain of Relu nodes named as a TorchScript export names them: /blk{b}/act{k}/Relu; batch symbolic."""
     nodes, x = [], "x"
     for b in range(blocks):
         for k in range(per):
             y = f"t{b}_{k}"
             nodes.append(helper.make_node("Relu", [x], [y], name=f"/blk{b}/act{k}/Relu"))
             x = y
-    return make_model(nodes, [tensor("x", [1, 8])], [tensor(x, [1, 8])], path=path)
+    return make_model(nodes, [tensor("x", ["batch", 8])], [tensor(x, ["batch", 8])], path=path)
 
 
 def test_graph_collapses_by_scope_and_opens_on_click(browser, tmp_path):
     model = tmp_path / "chain.onnx"
     scoped_chain(model)
     rdir = tmp_path / "results" / "chain"
-    assert run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", rdir).returncode == 0
+    r = run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", rdir, "--shape-override", "x=3x8")
+    assert r.returncode == 0, r.stderr
     r = run_stage("11_report.py", "--results", rdir, "--no-index", "--graph-collapse-above", "5")
     assert r.returncode == 0, r.stderr
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -298,7 +299,8 @@ def test_graph_collapses_by_scope_and_opens_on_click(browser, tmp_path):
     groups = page.eval_on_selector_all("#graph .ggroup text:first-of-type", "els => els.map(e => e.textContent)")
     assert groups == ["blk0 (4)", "blk1 (4)", "blk2 (4)"]
     assert page.locator("#graph [data-node]").count() == 0
-    assert page.eval_on_selector_all("#graph .gedge", "els => els.map(e => e.dataset.shape)") == ["1x8"] * 3
+    # the symbolic batch as 02 resolved it (--shape-override x=3x8): graph input -> blk0 -> blk1 -> blk2
+    assert page.eval_on_selector_all("#graph .gedge", "els => els.map(e => e.dataset.shape)") == ["3x8"] * 3
     page.click("#graph .ggroup >> nth=1")                       # blk1's box opens into its four nodes
     got = page.eval_on_selector_all("#graph [data-node]", "els => els.map(e => e.dataset.node)")
     assert got == [
