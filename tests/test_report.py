@@ -15,7 +15,8 @@ import onnxruntime as ort
 from onnx import helper
 
 from conftest import REPO, make_model, run_stage, small_cnn, tensor
-from lib.report.graph import scopes, views
+from lib.report.graph import graph_section, scopes, views
+from lib.report.page import Artifacts
 from lib.report.layout import layout_many
 
 CHROMIUM = os.environ.get("NN_PERF_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -344,6 +345,8 @@ def test_without_graphviz_the_graph_is_laid_out_by_grandalf(built, tmp_path):
     r = run_stage("11_report.py", "--results", copy, "--no-index", env=env)
     assert r.returncode == 0, r.stderr
     meta = json.loads((copy / "report_meta.json").read_text())["graph"]
+    too_big = graph_section(Artifacts(copy), max_nodes=8)      # above the cap: said, not drawn
+    assert not too_big["ok"] and too_big["missing"].startswith("the graph has 9 nodes, more than 8: not drawn")
     assert meta["engine"].startswith("grandalf") and meta["n"] == 9 and not meta["collapsed"]
     html = (copy / "report.html").read_text()
     data = json.loads(html.split('id="graph-data">', 1)[1].split("</script>", 1)[0])

@@ -21,6 +21,7 @@ from lib.onnx.loading import ARRAYS_FILE
 from lib.report import layout
 
 THRESHOLD = 500        # above it, collapsed by layer name scope
+MAX_NODES = 50_000     # above it, not drawn: dot takes ~1 ms a node (20k nodes: 15 s) and the page ~1 kB a node
 CHUNK = 200            # a scope (or graph) without inner scopes is split in runs of this many nodes in topological order
 NODE_H, GROUP_H = 28.0, 40.0
 
@@ -235,7 +236,7 @@ def _layout_views(vs, n, ops, edges, engine_name) -> list[dict]:
     return out
 
 
-def graph_section(art, threshold: int = THRESHOLD, prefer: str | None = None) -> dict:
+def graph_section(art, threshold: int = THRESHOLD, prefer: str | None = None, max_nodes: int = MAX_NODES) -> dict:
     """The section's data (embedded as JSON; the page draws it), or what to run when 02's graph is missing."""
     try:
         arrays = GraphArrays.load(art.rdir / ARRAYS_FILE)
@@ -243,6 +244,9 @@ def graph_section(art, threshold: int = THRESHOLD, prefer: str | None = None) ->
         return {"ok": False, "missing": f"{ARRAYS_FILE} is missing or unreadable: re-run 02_shapes_flops_bytes.py"}
     if arrays.run_id != art.meta("metrics_meta.json")["run_id"]:
         return {"ok": False, "missing": f"{ARRAYS_FILE} is not from the last run of 02_shapes_flops_bytes.py: re-run it"}
+    if len(arrays.names) > max_nodes:
+        return {"ok": False, "missing": f"the graph has {len(arrays.names):,} nodes, more than {max_nodes:,}: not drawn "
+                f"(its layout would take minutes and the page hundreds of MB); ops_metrics.csv lists every node"}
     df, kind = _node_table(art)
     names = [str(x) for x in arrays.names]
     if df["node"].tolist() != names:
