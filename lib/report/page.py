@@ -382,9 +382,9 @@ def offload_section(art: Artifacts) -> dict:
                f"{r.s_total_energy:.3f}x"] for r in amd.itertuples()]
     return {"ok": True, "criteria": ", ".join(f"{k}: {v}" for k, v in crit.items()),
             "config": meta.get("offload_config", "configs/offload.yaml"),
-            "kernels": table(["selected", "kernel (op class)", "ops", "share of time", "share of energy",
+            "kernels": table(["selected", "kernel (op class)", "ops", "share of time", "share of energy (component model)",
                               "AI (FLOP/B)", "bound", "why"], k_rows, {2, 3, 4, 5}),
-            "amdahl": table(["scenario", "f (time)", "S_k (time)", "S_total (time)", "latency", "f (energy)",
+            "amdahl": table(["scenario", "f (time)", "S_k (time)", "S_total (time)", "latency", "f (energy, component model)",
                              "S_k (energy)", "S_total (energy)"], a_rows, {1, 2, 3, 5, 6, 7})}
 
 
@@ -420,7 +420,7 @@ def splits_section(art: Artifacts) -> dict:
             "energy_method": f"{em['method']}: {em['power']}" + (f"; link: {em['link']}" if em.get("link") else ""),
             "ranking": summ.get("ranking", {}), "baselines": table(["", "latency", "energy (power x time)", "throughput", "note"], rows, {1, 2, 3}),
             "candidates": table(["rank", "b", "after node", "cut", "Comm", "t_A", "link", "t_B", "est. latency",
-                                 "est. energy", "throughput (pipelined)", "Pareto layer", "score"], cand,
+                                 "est. energy (power x time)", "throughput (pipelined)", "Pareto layer", "score"], cand,
                                 {0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}),
             "pruning": ", ".join(f"{k}: {v}" for k, v in prune.get("by_rule", {}).items()),
             "n_boundaries": len(bd), "n_ranked": len(ranked), "exported": exported_splits(art, bd)}
