@@ -92,8 +92,9 @@ def _edge_shapes(arrays: GraphArrays, out_shapes: list[str], input_shapes: dict)
     """Each tensor's shape text as stage 02 resolved it: its producer's out_shapes entry, or the input's shape."""
     prod = arrays.t_prod
     first = np.full(len(arrays.names) + 1, -1)
-    seen = prod >= 0
-    first[prod[seen][::-1]] = np.nonzero(seen)[0][::-1]       # the first tensor of each producer
+    seen = np.nonzero(prod >= 0)[0]
+    producers, at = np.unique(prod[seen], return_index=True)
+    first[producers] = seen[at]                                 # the first tensor of each producer
     parts = [s.split(";") if isinstance(s, str) else [] for s in out_shapes]
     shapes = []
     for k, p in enumerate(prod.tolist()):
@@ -108,9 +109,8 @@ def _edge_shapes(arrays: GraphArrays, out_shapes: list[str], input_shapes: dict)
 
 def _node_table(art) -> tuple[pd.DataFrame, str]:
     """One row per node in topological order, with the time the fill shows and which time it is."""
-    metrics = art.csv("ops_metrics.csv")
     prof = art.csv("ops_profile.csv")
-    df = (prof if prof is not None else metrics).sort_values("topo_idx").reset_index(drop=True)
+    df = (prof if prof is not None else art.csv("ops_metrics.csv")).sort_values("topo_idx").reset_index(drop=True)
     if prof is not None and prof["latency_us"].fillna(0).sum() > 0:
         kind, t = "measured", prof.sort_values("topo_idx")["latency_us"].to_numpy(float)
     elif prof is not None and "t_pred_us" in prof:
