@@ -22,6 +22,7 @@ from lib.onnx.loading import analysed_arrays
 from lib.provenance import stamp
 from lib.split.ranking import (add_costs, baselines, device_factors, feasibility_reasons, latex_table, pareto_table,
                         print_summary, prune_and_rank, pruning_summary, ranking_overrides, split_model, split_summary)
+from lib.split.partitions import beyond_boundaries, dag_line
 from lib.split.system import load_system
 
 
@@ -73,15 +74,16 @@ def main(argv=None):
     top = df[df["rank"] <= int(rk.get("top_k", 10))].sort_values("rank")
     pareto = pareto_table(df)
     base = baselines(prof, latency, system)
-    summ = split_summary(df, base, system)
     ident = metas["merge_meta.json"]["identity"]
     wp = stamp({"latency_source": base["device_a"]["time_source"], "workload": spec.workload}, ident, metas)
+    summ = {**split_summary(df, base, system), **beyond_boundaries(df, prof, latency, system, arrays, base, a.rdir,
+                                                                   stamp({}, ident, {"workload_profile.json": wp}))}
 
     def large_json():       # one entry per boundary in each
         write_json({**pruning_summary(df, rk), "constraints": system.get("constraints"),
                     "feasibility": {"file": a.feasibility, "arch": a.feasibility_arch} if a.feasibility else None},
                    a.rdir / "candidate_pruning.json", indent=None if len(df) > 10_000 else 2)
-        write_json(stamp(split_model(df, prof, latency, system), ident, {"workload_profile.json": wp}),
+        write_json(stamp(split_model(df, prof, latency, system, arrays), ident, {"workload_profile.json": wp}),
                    a.rdir / "split_model.json", indent=None)    # compact, no NaN: the report's JSON.parse reads it
 
     # the JSON files above are done by the child that formats the last rows of boundaries.csv (on the other core);
@@ -94,6 +96,7 @@ def main(argv=None):
     write_json(stamp(summ, ident, {"workload_profile.json": wp}), a.rdir / "split_summary.json")
     write_json(wp, a.rdir / "workload_profile.json")
     print_summary(df, top, pareto, rk, summ)
+    print(dag_line(summ["dag_optimum"]))
     print(f"wrote {a.rdir / 'boundaries.csv'}, split_summary.json and the rest")
 
 

@@ -524,9 +524,30 @@ def _compact(a: np.ndarray):
     return float(a[0]) if len(a) and (a == a[0]).all() else _nullable(a)
 
 
-def split_model(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None, system: dict) -> dict:
-    """What the report's what-if panel needs to redo 07 for other device and link figures: O(nodes + boundaries)."""
+def node_lists(a) -> dict:
+    """Per node (GraphArrays `a`): its name, the tensors it reads (graph inputs and activations; weights are not
+    tensors of the arrays) and writes; and {tensor: bytes on the link} of every crossing-capable tensor (an
+    activation some node reads; unknown size: 0, as Comm(b)): what anyone needs to re-check a partition."""
+    names = a.t_names.tolist()
+    ins = [names[k] for k in a.in_t.tolist()]
+    ptr = a.in_ptr.tolist()
+    order = np.argsort(a.t_prod, kind="stable")
+    produced = a.t_prod[order]
+    starts = np.searchsorted(produced, np.arange(len(a.names) + 1)).tolist()
+    outs = [names[k] for k in order.tolist()]
+    x = np.flatnonzero((a.t_prod >= 0) & ~a.t_const & (np.diff(a.cons_ptr) > 0))
+    return {"name": a.names.tolist(), "inputs": [ins[ptr[i]:ptr[i + 1]] for i in range(len(a.names))],
+            "outputs": [outs[starts[i]:starts[i + 1]] for i in range(len(a.names))],
+            "tensor_bytes": dict(zip(a.t_names[x].tolist(), np.nan_to_num(a.t_nbytes[x]).tolist()))}
+
+
+def split_model(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None, system: dict, a=None) -> dict:
+    """What the report's what-if panel needs to redo 07 for other device and link figures: O(nodes + boundaries).
+    With the GraphArrays `a`, per node its name, inputs, outputs and the exact device times 07 used
+    (latency_a_us, latency_b_us), and tensor_bytes: what the DAG optimum can be re-checked from."""
     flops, nbytes = node_work(prof)
+    lists = node_lists(a) if a is not None else {}
+    tensor_bytes = lists.pop("tensor_bytes", None)
     devices = {}
     for key in ("A", "B"):
         dev = system["devices"][key]
@@ -538,9 +559,9 @@ def split_model(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None
     by = df["pruned_by"].tolist()
     static = _per_combination(lambda codes: ";".join(c for c in codes.split(";") if c and c not in DYNAMIC_RULES
                                                      and c != "near_duplicate"), by)
-    return {"nodes": {"n": len(prof), "flops": _nullable(flops), "bytes": _nullable(nbytes),
-                      "latency_a_us": _nullable(np.nan_to_num(np.asarray(latency, dtype=float), nan=0.0))
-                      if latency is not None else None},
+    times = {f"latency_{k.lower()}_us": _nullable(device_times(prof, latency, system["devices"][k])) for k in ("A", "B")}
+    return {"nodes": {"n": len(prof), "flops": _nullable(flops), "bytes": _nullable(nbytes), **lists, **times},
+            **({"tensor_bytes": tensor_bytes} if tensor_bytes is not None else {}),
             "devices": devices, "link": {k: float(system["link"][k]) for k in
                                          ("bandwidth_bytes_per_s", "latency_us", "energy_per_byte_j")},
             "link_name": system["link"].get("name", ""),

@@ -1,0 +1,159 @@
+"""The DAG optimum (minimum cut), checked against a brute force over every predecessor-closed node set and
+against networkx's minimum cut; its export; the K-device pipeline; the bandwidth crossover."""
+import itertools
+import json
+
+import networkx as nx
+import numpy as np
+import pytest
+import yaml
+from onnx import helper
+
+from conftest import costs, make_model, run_stage, tensor, weight
+from lib.onnx.graph import build_graph, constant_tensors, graph_arrays
+from lib.split import dag
+
+
+def branches(path):
+    """x -> stem; a heavy branch (two 256x256 MatMuls) and a cheap one (four element-wise ops), joined by Add.
+    File order (= 07's topological order) puts the heavy branch first: the best partition (cheap ops on the
+    memory-fast A, MatMuls and the join on the compute-fast B) is not a prefix of it."""
+    nodes = [helper.make_node("Relu", ["x"], ["s"], name="stem"),
+             helper.make_node("MatMul", ["s", "w1"], ["h1"], name="heavy1"),
+             helper.make_node("MatMul", ["h1", "w2"], ["h2"], name="heavy2"),
+             helper.make_node("Sigmoid", ["s"], ["c1"], name="cheap1"),
+             helper.make_node("Tanh", ["c1"], ["c2"], name="cheap2"),
+             helper.make_node("Relu", ["c2"], ["c3"], name="cheap3"),
+             helper.make_node("Neg", ["c3"], ["c4"], name="cheap4"),
+             helper.make_node("Add", ["h2", "c4"], ["y"], name="join")]
+    return make_model(nodes, [tensor("x", [256, 256])], [tensor("y", [256, 256])],
+                      [weight("w1", (256, 256)), weight("w2", (256, 256), seed=1)], path=path)
+
+
+def system(path, third=False):
+    """A memory-fast A, a compute-fast B, a fast link (and, with `third`, a C behind a slow link)."""
+    dev = lambda name, peak, bw, p: {"name": name, "source": "model", "peak_flops_per_s": peak,  # noqa: E731
+                                     "mem_bw_bytes_per_s": bw, "power_w": p}
+    doc = {"devices": {"A": dev("A", 1e11, 1e11, 10.0), "B": dev("B", 1e13, 1e10, 2.0)},
+           "link": {"bandwidth_bytes_per_s": 1e11, "latency_us": 1.0, "energy_per_byte_j": 1e-10},
+           "constraints": {}, "ranking": {"min_compute_share": 0.0, "dedup_window": 0}}
+    if third:
+        doc["devices"]["C"] = dev("C", 1e14, 1e12, 50.0)
+        doc["chain_links"] = [{"from": "B", "to": "C", "bandwidth_bytes_per_s": 1e9, "latency_us": 5.0,
+                               "energy_per_byte_j": 1e-9}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def brute_force(m: dict, objective: str) -> float:
+    """The minimum over every predecessor-closed node set S (both sides non-empty) of the cost recomputed from
+    split_model.json's per-node figures alone."""
+    nodes, link = m["nodes"], m["link"]
+    n = nodes["n"]
+    prod = {t: i for i in range(n) for t in nodes["outputs"][i]}
+    preds = [{prod[t] for t in nodes["inputs"][i] if t in prod} for i in range(n)]
+    readers = {t: [i for i in range(n) if t in nodes["inputs"][i]] for t in m["tensor_bytes"]}
+    pa, pb = m["devices"]["A"]["power_w"], m["devices"]["B"]["power_w"]
+    best = np.inf
+    for bits in itertools.product([True, False], repeat=n):
+        if all(bits) or not any(bits) or any(bits[i] and not all(bits[p] for p in preds[i]) for i in range(n)):
+            continue
+        ta = sum(nodes["latency_a_us"][i] for i in range(n) if bits[i])
+        tb = sum(nodes["latency_b_us"][i] for i in range(n) if not bits[i])
+        cross = [t for t, r in readers.items() if bits[prod[t]] and any(not bits[c] for c in r)]
+        nbytes = sum(m["tensor_bytes"][t] for t in cross)
+        if objective == "latency":
+            cost = ta + tb + len(cross) * link["latency_us"] + nbytes / link["bandwidth_bytes_per_s"] * 1e6
+        else:
+            cost = (pa * ta + pb * tb) * 1e-6 + nbytes * link["energy_per_byte_j"]
+        best = min(best, cost)
+    return best
+
+
+@pytest.fixture(scope="module")
+def branch_results(tmp_path_factory):
+    d = tmp_path_factory.mktemp("branches")
+    model = d / "branches.onnx"
+    branches(model)
+    costs(model, d)
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", d, "--system", system(d / "system.yaml"))
+    assert r.returncode == 0, r.stderr
+    return d, model, r.stdout
+
+
+def test_dag_optimum_is_not_a_prefix_and_equals_brute_force(branch_results):
+    d, _, stdout = branch_results
+    summ = json.loads((d / "split_summary.json").read_text())
+    m = json.loads((d / "split_model.json").read_text())
+    assert m["nodes"]["name"] == ["stem", "heavy1", "heavy2", "cheap1", "cheap2", "cheap3", "cheap4", "join"]
+    assert m["nodes"]["inputs"][7] == ["h2", "c4"] and m["nodes"]["outputs"][0] == ["s"]
+    assert m["tensor_bytes"]["s"] == 256 * 256 * 4 and "x" not in m["tensor_bytes"]    # a graph input never crosses
+    opt = summ["dag_optimum"]
+    assert opt["est_latency_us"] == pytest.approx(brute_force(m, "latency"), rel=1e-9)
+    assert summ["dag_optimum_energy"]["est_energy_j"] == pytest.approx(brute_force(m, "energy"), rel=1e-9)
+    assert not opt["is_prefix"] and opt["n_left"] == 5            # stem and the cheap branch on A
+    assert sorted(opt["cut_tensors"]) == ["c4", "s"] and opt["comm_bytes"] == 2 * 256 * 256 * 4
+    best_b = opt["gain_vs_best_boundary"]
+    assert best_b["saved_us"] > 0 and opt["est_latency_us"] < min(summ["all_on_a_us"], summ["all_on_b_us"])
+    part = json.loads((d / "dag_partition.json").read_text())["partitions"]["latency"]
+    assert sorted(part["left_nodes"]) == ["cheap1", "cheap2", "cheap3", "cheap4", "stem"]
+    assert "DAG optimum (min cut)" in stdout and "not a prefix" in stdout
+
+
+def random_dag(rng, n):
+    """A random ONNX DAG of Add/Relu nodes (every node reads one or two earlier tensors) with a weight chain."""
+    tensors, nodes = ["x"], []
+    for i in range(n):
+        k = int(rng.integers(1, 3))
+        ins = list(rng.choice(tensors, size=min(k, len(tensors)), replace=False))
+        op = "Add" if len(ins) == 2 else "Relu"
+        nodes.append(helper.make_node(op, ins, [f"t{i}"], name=f"n{i}"))
+        tensors.append(f"t{i}")
+    nodes.append(helper.make_node("Identity", ["w"], ["w_id"], name="w_identity"))     # a constant-only node
+    nodes.append(helper.make_node("Add", [tensors[-1], "w_id"], ["y"], name="out"))
+    return make_model(nodes, [tensor("x", [4])], [tensor("y", [4])], [weight("w", (4,))])
+
+
+def nx_min_cut(cg, cost_a, cost_b, cost_x) -> float:
+    """The same flow graph's minimum cut by networkx (floats): the independent check of scipy's."""
+    g = nx.DiGraph()
+    s, t = "s", "t"
+    for i in range(cg.n):
+        g.add_edge(s, i, capacity=float(cost_b[i]))
+        g.add_edge(i, t, capacity=float(cost_a[i]))
+    for j, p in enumerate(cg.x_prod.tolist()):
+        g.add_edge(p, cg.n + j, capacity=float(cost_x[j]))
+    for r, c in zip(cg.fixed_rows.tolist(), cg.fixed_cols.tolist()):
+        g.add_edge(r, c)            # no capacity: infinite
+    return nx.minimum_cut_value(g, s, t)
+
+
+def closed_sets_min(a, cg, cost_a, cost_b, cost_x) -> float:
+    n = cg.n
+    preds = [set() for _ in range(n)]
+    for r, c in zip(cg.fixed_rows.tolist(), cg.fixed_cols.tolist()):
+        if r < n:
+            preds[r].add(c)
+    best = np.inf
+    for bits in itertools.product([True, False], repeat=n):
+        left = np.array(bits)
+        if left.all() or not left.any() or any(left[i] and not all(left[p] for p in preds[i]) for i in range(n)):
+            continue
+        best = min(best, cost_a[left].sum() + cost_b[~left].sum() + cost_x[dag.crossing(cg, left)].sum())
+    return best
+
+
+def test_min_cut_matches_networkx_and_brute_force_on_random_dags():
+    rng = np.random.default_rng(7)
+    for trial in range(12):
+        g = build_graph(random_dag(rng, 8))
+        a = graph_arrays(g, constant_tensors(g))
+        cg = dag.cut_graph(a)
+        ca, cb, cx = rng.uniform(0, 10, cg.n), rng.uniform(0, 10, cg.n), rng.uniform(0, 8, len(cg.x_prod))
+        left = dag.min_cut(cg, ca, cb, cx)
+        free = ca[left].sum() + cb[~left].sum() + cx[dag.crossing(cg, left)].sum()
+        assert free == pytest.approx(nx_min_cut(cg, ca, cb, cx), rel=1e-6)
+        best, info = dag.best_partition(cg, ca, cb, cx)
+        assert 0 < best.sum() < cg.n and info["exact"]
+        got = ca[best].sum() + cb[~best].sum() + cx[dag.crossing(cg, best)].sum()
+        assert got == pytest.approx(closed_sets_min(a, cg, ca, cb, cx), rel=1e-6)
