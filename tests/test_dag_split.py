@@ -157,3 +157,13 @@ def test_min_cut_matches_networkx_and_brute_force_on_random_dags():
         assert 0 < best.sum() < cg.n and info["exact"]
         got = ca[best].sum() + cb[~best].sum() + cx[dag.crossing(cg, best)].sum()
         assert got == pytest.approx(closed_sets_min(a, cg, ca, cb, cx), rel=1e-6)
+
+
+def test_dag_optimum_exports_and_composes(branch_results):
+    d, model, _ = branch_results
+    r = run_stage("08_export_splits.py", "--model", model, "--results", d, "--top-k", "1", "--diagram", "none", "--runs", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads((d / "validation_report.json").read_text())["dag"]
+    assert rep["pass"] is True and rep["n_left"] == 5 and set(rep["cut_tensors"]) == {"s", "c4"}
+    assert (d / "splits" / "dag" / "part1.onnx").exists() and (d / "splits" / "dag" / "run_split.py").exists()
+    assert "splits/dag: PASS" in r.stdout

@@ -1,0 +1,214 @@
+"""Stage 08's exports past one boundary: any node set as part1/part2 (the DAG optimum of 07's
+dag_partition.json, in splits/dag/) and a K-device pipeline as part1..partK (07's split_summary.json
+`pipeline`, in pipeline/<id>/), each proven to compose to the whole model with ONNX Runtime.
+
+A two-part node set is validated exactly as a boundary split (lib/split/export.py's validate: the folder has
+the same run_split.py). The K parts of a pipeline run in turn, each fed from what the graph inputs and the
+earlier parts produced (a tensor that skips a device is forwarded by the runner, as the middle device would
+pass it on), and every graph output is compared with the full model's.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from lib.artifacts import read_json, write_json
+from lib.errors import StageError
+from lib.onnx.graph import Graph
+from lib.provenance import same_inputs
+from lib.split.export import (ModelRunError, SplitExporter, _full_session, export_one, for_checker, link_external_data,
+                              progress, pruned_note, split_line, validate, write_runner)
+from lib.split.runner import session
+
+
+def set_interface(g: Graph, left: np.ndarray, consts: set[str]) -> dict:
+    """The tensors the parts of a partition exchange (`left`: bool per position, predecessor-closed): 07's
+    definition, with a node set for the prefix."""
+    outputs, cut, left_outs = set(g.graph_outputs), [], []
+    for pos in np.flatnonzero(left).tolist():
+        for t in g.nodes[pos].output:
+            if not t or t in consts:
+                continue
+            if any(not left[c] for c in g.consumers.get(t, ())):
+                cut.append(t)
+            elif t in outputs:
+                left_outs.append(t)
+    ins = lambda side: [t for t in g.graph_inputs if any(left[c] == side for c in g.consumers.get(t, ()))]  # noqa: E731
+    return {"cut_tensors": cut, "left_graph_outputs": left_outs, "right_graph_inputs": ins(False),
+            "left_graph_inputs": ins(True), "n_left": int(left.sum()),
+            "comm_bytes": int(sum(g.tensors[t].nbytes or 0 for t in cut if t in g.tensors))}
+
+
+def _save(exporter: SplitExporter, parts: dict, out_dir: Path) -> dict:
+    """Write the parts (checked like a boundary split's) and full.onnx beside them; returns how external data
+    was reached."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    links: dict[str, str] = {}
+    for name, m in parts.items():
+        for loc, how in link_external_data(m, exporter.path.parent, out_dir, exporter.mode).items():
+            links.setdefault(loc, how)
+        try:
+            onnx.checker.check_model(for_checker(m))
+        except onnx.checker.ValidationError as e:
+            raise StageError(f"{out_dir.name}: {name}.onnx fails onnx.checker: {str(e).strip().splitlines()[0]}") from None
+        onnx.save(m, str(out_dir / f"{name}.onnx"))
+    exporter._full_beside(out_dir, links)
+    return links
+
+
+def export_set(exporter: SplitExporter, left: np.ndarray, out_dir: Path, label: str) -> dict:
+    """part1 (the nodes in `left`) and part2 (the rest) of any predecessor-closed node set."""
+    iface = set_interface(exporter.g, left, exporter.consts)
+    p1_out = iface["cut_tensors"] + iface["left_graph_outputs"]
+    p2_out = [t for t in exporter.g.graph_outputs if t not in set(p1_out)]
+    if not iface["cut_tensors"] or not p2_out:
+        raise StageError(f"{label}: nothing crosses the partition, or the right part computes no graph output")
+    parts = {"part1": exporter.part(label, "part1", iface["left_graph_inputs"], p1_out),
+             "part2": exporter.part(label, "part2", iface["cut_tensors"] + iface["right_graph_inputs"], p2_out)}
+    iface["external_data"] = _save(exporter, parts, out_dir)
+    return iface
+
+
+def left_mask(g: Graph, names: list[str]) -> np.ndarray:
+    pos = {n: i for i, n in enumerate(g.names)}
+    missing = [n for n in names if n not in pos]
+    if missing:
+        raise StageError(f"dag_partition.json names nodes the graph lacks ({missing[:3]}): re-run 07_split_candidates.py")
+    left = np.zeros(len(g.names), bool)
+    left[[pos[n] for n in names]] = True
+    return left
+
+
+def export_dag(exporter: SplitExporter, rdir: Path, feeds: dict, opts: dict, meta: dict) -> dict | None:
+    """splits/dag/: 07's latency-optimal DAG partition, exported and validated like a boundary split (None
+    when 07 wrote no dag_partition.json; a partition of another model or input spec is refused)."""
+    if not (rdir / "dag_partition.json").exists():
+        return None
+    doc = read_json(rdir, "dag_partition.json")
+    _same_run(doc, meta, "dag_partition.json")
+    part = doc["partitions"].get("latency")
+    if part is None:
+        return None
+    out = rdir / "splits" / "dag"
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        iface = export_set(exporter, left_mask(exporter.g, part["left_nodes"]), out, "dag")
+        write_runner(out, {**iface, **meta, "boundary": "dag"}, opts.get("inputs_npz"))
+        rep = {"split": "dag", **validate(out, feeds, opts["atol"], opts["rtol"], opts["runs"], iface["cut_tensors"],
+                                          exporter.g, exporter.model, opts.get("hint", ""))}
+        rep.update(n_left=iface["n_left"], comm_bytes=iface["comm_bytes"])
+    except ModelRunError:
+        raise
+    except StageError as e:
+        out.mkdir(parents=True, exist_ok=True)
+        rep = {"split": "dag", "pass": False, "max_abs_diff": None, "error": str(e)}
+    write_json(rep, out / "validation_report.json")
+    return rep
+
+
+def _same_run(doc: dict, meta: dict, name: str) -> None:
+    ident, mine = doc.get("identity") or {}, meta.get("identity") or {}
+    sha = lambda i: (i.get("model") or {}).get("graph_sha256")  # noqa: E731
+    if sha(ident) != sha(mine) or not same_inputs(ident.get("inputs"), mine.get("inputs")):
+        raise StageError(f"{name} belongs to another model or input spec: re-run 07_split_candidates.py")
+
+
+# ---------------------------------------------------------------- K-device pipelines
+
+PIPELINE_IDS = ("latency", "throughput")    # 07's two pipelines: latency-optimal, throughput-optimal
+
+def chain_parts(exporter: SplitExporter, bounds: list[int], label: str) -> list:
+    """The K models of a pipeline cut after positions `bounds` (K - 1 of them, increasing): part k computes
+    its nodes' outputs that a later part reads or the model returns, from the tensors earlier parts made."""
+    g = exporter.g
+    n = len(g.names)
+    edges = [-1, *bounds, n - 1]
+    outputs, models = set(g.graph_outputs), []
+    for k in range(len(edges) - 1):
+        lo, hi = edges[k] + 1, edges[k + 1]
+        outs = [t for p in range(lo, hi + 1) for t in g.nodes[p].output if t and t not in exporter.consts and
+                (t in outputs or any(c > hi for c in g.consumers.get(t, ())))]
+        ins = list(dict.fromkeys(t for p in range(lo, hi + 1) for t in g.inputs(p)
+                                 if t in g.producer and g.producer[t] < lo and t not in exporter.consts))
+        if not outs:
+            raise StageError(f"{label}: part{k + 1} computes nothing a later part or the model needs")
+        models.append(exporter.part(label, f"part{k + 1}", ins, outs))
+    return models
+
+
+def check_chain(out_dir: Path, k: int, feeds: dict, atol: float, rtol: float, hint: str = "") -> dict:
+    """The parts run in turn against full.onnx: per graph output max |diff| and pass (np.allclose)."""
+    import onnxruntime as ort
+    full = _full_session(out_dir, feeds, ort, hint)
+    ref = dict(zip([o.name for o in full.get_outputs()], full.run(None, feeds)))
+    env = dict(feeds)
+    for i in range(1, k + 1):
+        sess = session(f"part{i}.onnx", "cpu", ort, out_dir)
+        env.update(zip([o.name for o in sess.get_outputs()], sess.run(None, {x.name: env[x.name] for x in sess.get_inputs()})))
+    outs = {}
+    for name, r in ref.items():
+        x = env[name]
+        diff = np.abs(x.astype(np.float64) - r.astype(np.float64))
+        outs[name] = {"max_abs_diff": float(diff.max()) if diff.size else 0.0,
+                      "pass": bool(x.shape == r.shape and np.allclose(x, r, atol=atol, rtol=rtol))}
+    return {"pass": all(o["pass"] for o in outs.values()), "atol": atol, "rtol": rtol,
+            "max_abs_diff": max((o["max_abs_diff"] for o in outs.values()), default=0.0), "outputs": outs}
+
+
+def export_pipelines(exporter: SplitExporter, rdir: Path, pipelines: dict, feeds: dict, opts: dict) -> dict:
+    """pipeline/<id>/part1..partK.onnx (+ full.onnx) for each of 07's pipelines, validated in turn."""
+    reports = {}
+    for pid, p in pipelines.items():
+        out = rdir / "pipeline" / pid
+        shutil.rmtree(out, ignore_errors=True)
+        try:
+            models = chain_parts(exporter, p["boundaries"], f"pipeline {pid}")
+            _save(exporter, {f"part{i + 1}": m for i, m in enumerate(models)}, out)
+            rep = {"pipeline": pid, "boundaries": p["boundaries"], "parts": len(models),
+                   **check_chain(out, len(models), feeds, opts["atol"], opts["rtol"], opts.get("hint", ""))}
+        except ModelRunError:
+            raise
+        except (StageError, RuntimeError) as e:
+            out.mkdir(parents=True, exist_ok=True)
+            rep = {"pipeline": pid, "boundaries": p["boundaries"], "pass": False, "max_abs_diff": None, "error": str(e)}
+        write_json(rep, out / "validation_report.json")
+        reports[pid] = rep
+    return reports
+
+
+def export_beyond(exporter: SplitExporter, rdir: Path, feeds: dict, opts: dict, meta: dict) -> dict:
+    """08's exports past the boundaries: the DAG optimum and 07's pipelines (each line printed)."""
+    summ = read_json(rdir, "split_summary.json") if (rdir / "split_summary.json").exists() else {}
+    out = {"dag": export_dag(exporter, rdir, feeds, opts, meta)}
+    if summ.get("pipeline"):
+        _same_run(summ, meta, "split_summary.json")
+        chosen = {k: summ["pipeline"][k] for k in PIPELINE_IDS if summ["pipeline"].get(k)}
+        out["pipelines"] = export_pipelines(exporter, rdir, chosen, feeds, opts)
+    for name, r in [("splits/dag", out["dag"])] + [(f"pipeline/{k}", v) for k, v in (out.get("pipelines") or {}).items()]:
+        if r is not None:
+            print(f"  {name}: " + (f"FAIL {r['error']}" if r.get("error") else
+                                   f"{'PASS' if r['pass'] else 'FAIL'} max|diff| {r['max_abs_diff']:.2e}"))
+    return out
+
+
+def beyond_reports(beyond: dict) -> list[dict]:
+    """The reports of export_beyond's result, as one list (08's exit code needs each to pass)."""
+    return [r for r in [beyond.get("dag"), *(beyond.get("pipelines") or {}).values()] if r is not None]
+
+
+def export_boundaries(exporter: SplitExporter, bd, chosen: list[int], rdir: Path, feeds: dict, opts: dict,
+                      meta: dict) -> list[dict]:
+    """splits/b<B>/ for each chosen boundary (lib/split/export.py's export_one), one line printed per split."""
+    reports = []
+    for k, b in enumerate(chosen, 1):
+        note = pruned_note(bd, b)
+        if note:
+            print(f"note: 07 pruned boundary {b} ({note}); exported because --boundary asked for it")
+        progress(k, len(chosen), f"boundary {b} (after {exporter.g.names[b]}): export, validate")
+        reports.append({**export_one(exporter, b, rdir / "splits" / f"b{b}", feeds, opts, meta),
+                        **({"pruned_by_07": note} if note else {})})
+        print(split_line(reports[-1]))
+    return reports
