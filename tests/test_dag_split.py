@@ -129,6 +129,7 @@ def nx_min_cut(cg, cost_a, cost_b, cost_x) -> float:
 
 
 def closed_sets_min(a, cg, cost_a, cost_b, cost_x) -> float:
+    """Every predecessor-closed set with a real op (not constant-only) on each side."""
     n = cg.n
     preds = [set() for _ in range(n)]
     for r, c in zip(cg.fixed_rows.tolist(), cg.fixed_cols.tolist()):
@@ -137,7 +138,8 @@ def closed_sets_min(a, cg, cost_a, cost_b, cost_x) -> float:
     best = np.inf
     for bits in itertools.product([True, False], repeat=n):
         left = np.array(bits)
-        if left.all() or not left.any() or any(left[i] and not all(left[p] for p in preds[i]) for i in range(n)):
+        if left[cg.real].all() or not left[cg.real].any() or \
+                any(left[i] and not all(left[p] for p in preds[i]) for i in range(n)):
             continue
         best = min(best, cost_a[left].sum() + cost_b[~left].sum() + cost_x[dag.crossing(cg, left)].sum())
     return best
@@ -154,7 +156,7 @@ def test_min_cut_matches_networkx_and_brute_force_on_random_dags():
         free = ca[left].sum() + cb[~left].sum() + cx[dag.crossing(cg, left)].sum()
         assert free == pytest.approx(nx_min_cut(cg, ca, cb, cx), rel=1e-6)
         best, info = dag.best_partition(cg, ca, cb, cx)
-        assert 0 < best.sum() < cg.n and info["exact"]
+        assert 0 < best[cg.real].sum() < cg.real.sum() and info["exact"] and not cg.real[cg.n - 2]   # w_identity
         got = ca[best].sum() + cb[~best].sum() + cx[dag.crossing(cg, best)].sum()
         assert got == pytest.approx(closed_sets_min(a, cg, ca, cb, cx), rel=1e-6)
 
@@ -167,3 +169,82 @@ def test_dag_optimum_exports_and_composes(branch_results):
     assert rep["pass"] is True and rep["n_left"] == 5 and set(rep["cut_tensors"]) == {"s", "c4"}
     assert (d / "splits" / "dag" / "part1.onnx").exists() and (d / "splits" / "dag" / "run_split.py").exists()
     assert "splits/dag: PASS" in r.stdout
+
+
+def test_pipeline_dynamic_programming_matches_brute_force():
+    from lib.split import pipeline
+    rng = np.random.default_rng(3)
+    for trial in range(30):
+        n, k = int(rng.integers(3, 9)), int(rng.integers(2, 5))
+        real = rng.uniform(size=n) < 0.7
+        if real.sum() < k:
+            continue
+        times = [rng.uniform(0, 10, n) for _ in range(k)]
+        links = [rng.uniform(0, 6, n - 1) for _ in range(k - 1)]
+        combos = [c for c in itertools.combinations(range(n - 1), k - 1)       # every slice holds a real op
+                  if all(real[lo + 1:hi + 1].any() for lo, hi in zip((-1, *c), (*c, n - 1)))]
+        lat = min(pipeline.figures(times, links, list(c))["est_latency_us"] for c in combos)
+        per = min(pipeline.figures(times, links, list(c))["period_us"] for c in combos)
+        got = pipeline.latency_optimal(times, links, real)
+        assert pipeline.figures(times, links, got)["est_latency_us"] == pytest.approx(lat, rel=1e-12)
+        thr = pipeline.throughput_optimal(times, links, got, real)
+        assert pipeline.figures(times, links, thr)["period_us"] == pytest.approx(per, rel=1e-9)
+        assert all(real[b + 1:c + 1].any() for b, c in zip([-1, *thr], [*thr, n - 1]))   # every device: a real op
+
+
+def test_three_device_pipeline_is_found_and_exported(tmp_path):
+    model = tmp_path / "branches.onnx"
+    branches(model)
+    costs(model, tmp_path)
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path, "--system",
+                  system(tmp_path / "system.yaml", third=True))
+    assert r.returncode == 0, r.stderr
+    p = json.loads((tmp_path / "split_summary.json").read_text())["pipeline"]
+    assert p["devices"] == ["A", "B", "C"] and p["device_keys"] == ["A", "B", "C"] and "3-device pipeline (A -> B -> C" in r.stdout
+    lat, thr = p["latency"], p["throughput"]
+    assert len(lat["boundaries"]) == 2 and lat["est_latency_us"] <= thr["est_latency_us"] + 1e-9
+    assert thr["period_us"] <= lat["period_us"] + 1e-9
+    r = run_stage("08_export_splits.py", "--model", model, "--results", tmp_path, "--top-k", "1", "--diagram", "none",
+                  "--runs", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads((tmp_path / "validation_report.json").read_text())["pipelines"]
+    for pid in ("latency", "throughput"):
+        assert rep[pid]["pass"] is True and rep[pid]["parts"] == 3
+        assert sorted(f.name for f in (tmp_path / "pipeline" / pid).glob("part*.onnx")) == \
+            ["part1.onnx", "part2.onnx", "part3.onnx"]
+
+
+def test_bad_chain_links_exit_2(tmp_path):
+    model = tmp_path / "branches.onnx"
+    branches(model)
+    costs(model, tmp_path)
+    doc = yaml.safe_load(system(tmp_path / "s.yaml", third=True).read_text())
+    doc["chain_links"][0]["from"] = "A"
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path, "--system", tmp_path / "s.yaml")
+    assert r.returncode == 2 and "chain_links[0] must link B to C" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "boundaries.csv").exists()
+
+
+def test_bandwidth_crossover_sweep_and_cut_precision(branch_results):
+    from lib.split.bandwidth import precision_summary
+    import pandas as pd
+    d, _, stdout = branch_results
+    summ = json.loads((d / "split_summary.json").read_text())
+    single = min(summ["all_on_a_us"], summ["all_on_b_us"])
+    opt, w = summ["dag_optimum"], summ["bandwidth_crossover"]["dag"]
+    at = lambda bw: opt["t_dev_a_us"] + opt["t_dev_b_us"] + opt["n_cut_tensors"] * 1.0 + opt["comm_bytes"] / bw * 1e6  # noqa: E731
+    assert at(w * 1.001) < single < at(w * 0.999)             # the crossover, by hand
+    bd = pd.read_csv(d / "boundaries.csv")
+    assert (bd["comm_bytes_int8"] == bd["comm_bytes"] / 4).all() and (bd["comm_bytes_fp16"] == bd["comm_bytes"] / 2).all()
+    sw = pd.read_csv(d / "bandwidth_sweep.csv")
+    assert len(sw) == 26 and sw["bandwidth_mbit_s"].iloc[0] == pytest.approx(1) and sw["bandwidth_mbit_s"].iloc[-1] == pytest.approx(1e5)
+    assert (sw["dag_latency_us"] <= sw["boundary_latency_us"] * (1 + 1e-9)).all() and (d / "bandwidth_sweep.png").stat().st_size
+    assert sw["best"].iloc[0] == "all_on_b" and sw["best"].iloc[-1] == "dag"
+    b0 = bd.iloc[0]       # at a bandwidth between b0's int8 and fp32 crossovers, b0 pays only with int8
+    w0 = float(summ["bandwidth_crossover"]["0"])
+    sysd = {"link": {"bandwidth_bytes_per_s": w0 / 2, "latency_us": 1.0}}
+    p = precision_summary(bd, summ, sysd)
+    assert 0 in p["int8_only"] and p["boundaries_paying_int8"] > p["boundaries_paying_fp32"]
+    assert b0["comm_bytes_int8"] / (w0 / 2) < b0["comm_bytes"] / w0       # int8 at half the bandwidth: still cheaper
+    assert "only with int8" in stdout

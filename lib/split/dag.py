@@ -41,8 +41,9 @@ class CutGraph:
     x_bytes: np.ndarray         # ... its bytes (unknown: 0, as 07's Comm(b))
     fixed_rows: np.ndarray      # the infinite edges (x -> c, c -> p), as vertex pairs
     fixed_cols: np.ndarray
-    pred_free: np.ndarray       # ops with no producer among the ops (a forced-A candidate)
-    succ_free: np.ndarray       # ops no op consumes (a forced-B candidate)
+    real: np.ndarray            # per op: it computes an activation (not a constant-only op, which travels along)
+    pred_free: np.ndarray       # real ops with no real producer (a pinned-to-A candidate)
+    succ_free: np.ndarray       # real ops no op consumes (a pinned-to-B candidate)
 
 
 def cut_graph(a: GraphArrays) -> CutGraph:
@@ -60,12 +61,23 @@ def cut_graph(a: GraphArrays) -> CutGraph:
     on_x = xid[owner] >= 0
     rows = np.concatenate([pc[0], xid[owner][on_x]])
     cols = np.concatenate([pc[1], a.cons[on_x]])
+    real = real_ops(a)
     has_pred = np.zeros(n, bool)
-    has_pred[pc[0]] = True
+    has_pred[pc[0][real[pc[1]]]] = True         # a real producer
     has_succ = np.zeros(n, bool)
     has_succ[pc[1]] = True
-    return CutGraph(n, a.t_prod[xs], xs, np.nan_to_num(a.t_nbytes[xs]), rows, cols, np.flatnonzero(~has_pred),
-                    np.flatnonzero(~has_succ))
+    return CutGraph(n, a.t_prod[xs], xs, np.nan_to_num(a.t_nbytes[xs]), rows, cols, real,
+                    np.flatnonzero(real & ~has_pred), np.flatnonzero(real & ~has_succ))
+
+
+def real_ops(a: GraphArrays) -> np.ndarray:
+    """Per op: it has an output that is not computed from constants alone. A constant-only op (Identity of a
+    weight, a Constant) is recomputed by the part that reads its output: a device running only such ops runs
+    nothing of the model, so each device must get at least one real op."""
+    made = a.t_prod >= 0
+    real = np.zeros(len(a.names), bool)
+    real[a.t_prod[made & ~a.t_const]] = True
+    return real
 
 
 def min_cut(cg: CutGraph, cost_a: np.ndarray, cost_b: np.ndarray, cost_x: np.ndarray,
@@ -110,13 +122,14 @@ def crossing(cg: CutGraph, left: np.ndarray) -> np.ndarray:
 
 
 def best_partition(cg: CutGraph, cost_a, cost_b, cost_x) -> tuple[np.ndarray, dict]:
-    """The minimum-cost partition with at least one op on each device. A valid set on A holds an op with no
-    producer and the set on B an op that nothing reads: when the free optimum leaves a device empty, one of
+    """The minimum-cost partition with at least one real op on each device. A valid set on A holds a real op
+    with no real producer and the set on B a real op that nothing reads: when the free optimum leaves a device empty, one of
     each is pinned, pair by pair (cheapest pairs first; at most MAX_FORCED flow runs, beyond that `exact` is
     False and 07 keeps the best boundary when it is better)."""
     left = min_cut(cg, cost_a, cost_b, cost_x)
     info = {"flow_runs": 1, "exact": True, "pinned": None}
-    if 0 < left.sum() < cg.n or cg.n < 2:
+    both = lambda s: 0 < s[cg.real].sum() < cg.real.sum()    # noqa: E731
+    if both(left) or cg.real.sum() < 2:
         return left, info
     da = np.asarray(cost_a, float) - np.asarray(cost_b, float)
     us = cg.pred_free[np.argsort(da[cg.pred_free], kind="stable")]
@@ -130,7 +143,7 @@ def best_partition(cg: CutGraph, cost_a, cost_b, cost_x) -> tuple[np.ndarray, di
         s = min_cut(cg, cost_a, cost_b, cost_x, force=[("A", u), ("B", v)])
         info["flow_runs"] += 1
         c = float(np.sum(cost_a[s]) + np.sum(cost_b[~s])) + _cross_cost(cg, s, cost_x)
-        if 0 < s.sum() < cg.n and c < best_cost:
+        if both(s) and c < best_cost:
             best, best_cost, info["pinned"] = s, c, [u, v]
     return (best if best is not None else left), info
 
@@ -196,13 +209,12 @@ def optimum(a: GraphArrays, cg: CutGraph, ta, tb, system: dict, objective: str, 
     return out, left
 
 
-def dag_optima(a: GraphArrays, ta, tb, system: dict, df, base: dict) -> tuple[dict, dict]:
+def dag_optima(a: GraphArrays, cg: CutGraph, ta, tb, system: dict, df, base: dict) -> tuple[dict, dict]:
     """split_summary.json's dag_optimum (latency) and dag_optimum_energy, and dag_partition.json: the node
     names on A of each (what 08 exports)."""
-    cg = cut_graph(a)
     summ, parts = {}, {}
     for objective, name in (("latency", "dag_optimum"), ("energy", "dag_optimum_energy")):
-        if cg.n < 2 or not len(df):
+        if cg.real.sum() < 2 or not len(df):
             summ[name] = None
             continue
         best_b = int(df["boundary"].to_numpy()[np.argmin(df[KEY[objective]].to_numpy(float))])

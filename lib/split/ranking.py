@@ -18,6 +18,7 @@ from itertools import chain
 import numpy as np
 
 from lib import lazy_import
+from lib.artifacts import atomic_path
 from lib.errors import StageError
 from lib.provenance import same_inputs
 from lib.analysis.roofline import known_or_zero, node_bytes
@@ -26,6 +27,9 @@ pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
 
 # pruning rules that depend on what the what-if panel changes (device and link figures); the others are static
 DYNAMIC_RULES = ("max_latency_us", "max_energy_j", "rate_hz")
+# what 07 reads of ops_profile.csv: costs and bytes, what the latency model keys on, ORT's fusions, layers
+PROFILE_COLUMNS = frozenset({"node", "op_type", "op_class", "dtype", "mac_dtype", "flops", "act_in_bytes", "act_out_bytes",
+                             "weight_bytes", "latency_us", "attribution", "fused_into", "layer"})
 # score metrics: weight key in system.yaml -> boundaries.csv column (each normalised by its max, lower wins)
 SCORE_METRICS = (("comm", "comm_bytes"), ("imbalance", "time_imbalance"), ("latency", "est_latency_us"),
                  ("energy", "est_energy_j"), ("throughput", "period_us"))
@@ -414,6 +418,11 @@ def latex_table(top: pd.DataFrame, model: str) -> str:
     return "\n".join(lines)
 
 
+def write_latex(top: pd.DataFrame, model: str, path) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(latex_table(top, model))
+
+
 def choose_boundaries(bd: pd.DataFrame, boundaries: list[int] | None, top_k: int) -> list[int]:
     """The boundaries a user asked for (checked), else the top-k ranked ones (08 and 10 share this)."""
     if boundaries:
@@ -443,15 +452,16 @@ def _per_combination(fn, by: list[str]) -> list:
     return list(map(memo.__getitem__, by))
 
 
-def pruning_summary(df: pd.DataFrame, rules: dict) -> dict:
+def pruning_summary(df: pd.DataFrame, rules: dict, system: dict | None = None, feasibility: dict | None = None) -> dict:
     """candidate_pruning.json: counts per rule code and every pruned boundary with its reasons (the columns
-    it needs, taken as lists: 200k boundaries)."""
+    it needs, taken as lists: 200k boundaries); with `system`, its constraints and the feasibility file used."""
     mask = df["pruned"].to_numpy(bool)
     col = lambda c: df[c].to_numpy(object)[mask].tolist()   # noqa: E731
     by = col("pruned_by")
     codes = _per_combination(lambda c: c.split(";"), by)
     reasons = _per_combination(lambda t: t.split("; "), col("reason"))     # fewer distinct: 58k of 170k at 200k
-    return {"rules": rules, "boundaries": int(len(df)), "pruned": int(mask.sum()),
+    extra = {} if system is None else {"constraints": system.get("constraints"), "feasibility": feasibility or None}
+    return {"rules": rules, "boundaries": int(len(df)), "pruned": int(mask.sum()), **extra,
             "by_rule": dict(Counter(chain.from_iterable(codes)).most_common()),
             "candidates": [{"boundary": b, "after_node": n, "rules": c, "reasons": t}
                            for b, n, c, t in zip(df["boundary"].to_numpy()[mask].tolist(), col("after_node"), codes,
