@@ -50,7 +50,8 @@ def cut_time(n: int) -> dict:
     left, info = best_partition(cg, *objectives(cg, ta, tb, SYSTEM)["latency"])
     t2 = time.perf_counter()
     ev = evaluate(a, cg, left, ta, tb, SYSTEM)
-    return {"nodes": cg.n, "vertices": cg.n + len(cg.x_prod) + 2, "edges": 2 * cg.n + len(cg.x_prod) + len(cg.fixed_rows),
+    multi = int((cg.x_single < 0).sum())
+    return {"nodes": cg.n, "vertices": cg.n + multi + 2, "edges": 2 * cg.n + len(cg.x_prod) + len(cg.prec_rows) + multi,
             "build_s": t1 - t0, "cut_s": t2 - t1, "flow_runs": info["flow_runs"], "n_left": ev["n_left"],
             "prefix": ev["is_prefix"]}
 

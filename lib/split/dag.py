@@ -14,8 +14,8 @@ graph (one vertex per op, one per crossing-capable tensor, plus s and t):
 Crossing-capable tensors are the activations of stage 07's sweep: graph inputs are fed to either side (no
 vertex), weights and anything computed from constants alone travel with their consumer (precedence only, no
 link cost), and a graph output with no consumer finished on A costs nothing. Times are scaled to integers
-(scipy's maximum_flow needs int32 capacities: the finite ones sum to about 1e9 units, a resolution of 1e-9 of
-the total) and every figure reported is recomputed in floating point on the set the cut gives.
+(scipy's maximum_flow needs int32 capacities: the finite ones sum to 5e8 units, a resolution of 2e-9 of the
+total) and every figure reported is recomputed in floating point on the set the cut gives.
 """
 from __future__ import annotations
 
@@ -27,8 +27,11 @@ from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 
 from lib.onnx.graph import GraphArrays
 
-INF = np.iinfo(np.int32).max
-SCALE_TOTAL = 1e9       # the finite capacities sum to this many integer units
+# int32 capacities: the finite ones sum to SCALE_TOTAL units (a resolution of 2e-9 of the total), an infinite
+# one is INF > SCALE_TOTAL, and INF + any flow still fits int32 (scipy's residual of an infinite edge whose
+# antiparallel twin carries flow is INF + flow)
+SCALE_TOTAL = 5e8
+INF = 2 ** 30
 MAX_FORCED = 64         # flow runs that force one node to a side when the free optimum leaves a device empty
 
 
@@ -39,15 +42,18 @@ class CutGraph:
     x_prod: np.ndarray          # per crossing-capable tensor: its producer
     x_tensor: np.ndarray        # ... its index in the GraphArrays' tensors
     x_bytes: np.ndarray         # ... its bytes (unknown: 0, as 07's Comm(b))
-    fixed_rows: np.ndarray      # the infinite edges (x -> c, c -> p), as vertex pairs
-    fixed_cols: np.ndarray
+    x_single: np.ndarray        # ... its consumer when it has one (its cost is then an edge p -> c), else -1
+    xc_x: np.ndarray            # (crossing-capable tensor, consumer) pairs
+    xc_c: np.ndarray
+    prec_rows: np.ndarray       # precedence: c -> p (infinite) once per (consumer, producer) pair
+    prec_cols: np.ndarray
     real: np.ndarray            # per op: it computes an activation (not a constant-only op, which travels along)
     pred_free: np.ndarray       # real ops with no real producer (a pinned-to-A candidate)
     succ_free: np.ndarray       # real ops no op consumes (a pinned-to-B candidate)
 
 
 def cut_graph(a: GraphArrays) -> CutGraph:
-    """The flow graph's vertices and infinite edges from stage 02's GraphArrays (O(nodes + edges))."""
+    """The flow graph's structure from stage 02's GraphArrays (O(nodes + edges))."""
     n = len(a.names)
     ncons = np.diff(a.cons_ptr)
     owner = np.repeat(np.arange(len(a.t_prod)), ncons)        # tensor of each consumer entry
@@ -57,17 +63,16 @@ def cut_graph(a: GraphArrays) -> CutGraph:
     pc = pc[:, pc[0] != pc[1]]
     xs = np.flatnonzero((a.t_prod >= 0) & ~a.t_const & (ncons > 0))
     xid = np.full(len(a.t_prod), -1)
-    xid[xs] = n + np.arange(len(xs))
+    xid[xs] = np.arange(len(xs))
     on_x = xid[owner] >= 0
-    rows = np.concatenate([pc[0], xid[owner][on_x]])
-    cols = np.concatenate([pc[1], a.cons[on_x]])
+    single = np.where(ncons[xs] == 1, a.cons[a.cons_ptr[xs]], -1)
     real = real_ops(a)
     has_pred = np.zeros(n, bool)
     has_pred[pc[0][real[pc[1]]]] = True         # a real producer
     has_succ = np.zeros(n, bool)
     has_succ[pc[1]] = True
-    return CutGraph(n, a.t_prod[xs], xs, np.nan_to_num(a.t_nbytes[xs]), rows, cols, real,
-                    np.flatnonzero(real & ~has_pred), np.flatnonzero(real & ~has_succ))
+    return CutGraph(n, a.t_prod[xs], xs, np.nan_to_num(a.t_nbytes[xs]), single, xid[owner][on_x], a.cons[on_x],
+                    pc[0], pc[1], real, np.flatnonzero(real & ~has_pred), np.flatnonzero(real & ~has_succ))
 
 
 def real_ops(a: GraphArrays) -> np.ndarray:
@@ -82,23 +87,32 @@ def real_ops(a: GraphArrays) -> np.ndarray:
 
 def min_cut(cg: CutGraph, cost_a: np.ndarray, cost_b: np.ndarray, cost_x: np.ndarray,
             force: list[tuple[str, int]] = ()) -> np.ndarray:
-    """The set on A (bool per op) of a minimum cut; force: ("A", i) or ("B", i) pins op i to that side."""
-    n, m = cg.n, len(cg.x_prod)
-    s, t = n + m, n + m + 1
-    total = float(np.sum(cost_a) + np.sum(cost_b) + np.sum(cost_x))
+    """The set on A (bool per op) of a minimum cut; force: ("A", i) or ("B", i) pins op i to that side.
+    Reduced but equivalent graph: min(a_i, b_i) is paid whatever the side (only the difference goes on a
+    terminal edge), and a tensor with one consumer c needs no vertex (its cost is the edge p -> c)."""
+    n = cg.n
+    multi = np.flatnonzero(cg.x_single < 0)
+    vid = np.full(len(cg.x_prod), -1)
+    vid[multi] = n + np.arange(len(multi))
+    s, t = n + len(multi), n + len(multi) + 1
+    cost_a, cost_b, cost_x = (np.asarray(v, float) for v in (cost_a, cost_b, cost_x))
+    low = np.minimum(cost_a, cost_b)
+    total = float(np.sum(cost_a - low) + np.sum(cost_b - low) + np.sum(cost_x))
     scale = SCALE_TOTAL / total if total > 0 else 1.0
-    q = lambda v: np.rint(np.asarray(v, float) * scale).astype(np.int64)     # noqa: E731
-    ops = np.arange(n)
-    rows = [np.full(n, s), ops, cg.x_prod, cg.fixed_rows]
-    cols = [ops, np.full(n, t), n + np.arange(m), cg.fixed_cols]
-    caps = [q(cost_b), q(cost_a), q(cost_x), np.full(len(cg.fixed_rows), INF, np.int64)]
+    q = lambda v: np.rint(v * scale).astype(np.int64)     # noqa: E731
+    ops, one = np.arange(n), cg.x_single >= 0
+    on_multi = vid[cg.xc_x] >= 0
+    rows = [np.full(n, s), ops, cg.x_prod, vid[cg.xc_x[on_multi]], cg.prec_rows]
+    cols = [ops, np.full(n, t), np.where(one, cg.x_single, vid), cg.xc_c[on_multi], cg.prec_cols]
+    caps = [q(cost_b - low), q(cost_a - low), q(cost_x), np.full(int(on_multi.sum()), INF, np.int64),
+            np.full(len(cg.prec_rows), INF, np.int64)]
     for side, i in force:
         rows.append(np.array([s if side == "A" else i]))
         cols.append(np.array([i if side == "A" else t]))
         caps.append(np.array([INF], np.int64))
     r, c, cap = np.concatenate(rows), np.concatenate(cols), np.concatenate(caps)
     keep = cap > 0
-    # s -> i and i -> t are the only edges that can repeat a pair (a forced one): summed, capped at INF
+    # repeated pairs (a pinned terminal edge, two single-consumer tensors p -> c) are summed, capped at INF
     graph = sparse.csr_matrix((cap[keep], (r[keep], c[keep])), shape=(t + 1, t + 1), dtype=np.int64)
     graph.data = np.minimum(graph.data, INF)
     graph = graph.astype(np.int32)
@@ -113,11 +127,9 @@ def min_cut(cg: CutGraph, cost_a: np.ndarray, cost_b: np.ndarray, cost_x: np.nda
 
 
 def crossing(cg: CutGraph, left: np.ndarray) -> np.ndarray:
-    """Per crossing-capable tensor: produced on A and read by at least one op on B (from the x -> c edges)."""
-    xrows = cg.fixed_rows >= cg.n
-    x, c = cg.fixed_rows[xrows] - cg.n, cg.fixed_cols[xrows]
+    """Per crossing-capable tensor: produced on A and read by at least one op on B."""
     read_on_b = np.zeros(len(cg.x_prod), bool)
-    read_on_b[x[~left[c]]] = True
+    read_on_b[cg.xc_x[~left[cg.xc_c]]] = True
     return left[cg.x_prod] & read_on_b
 
 
@@ -213,6 +225,10 @@ def dag_optima(a: GraphArrays, cg: CutGraph, ta, tb, system: dict, df, base: dic
     """split_summary.json's dag_optimum (latency) and dag_optimum_energy, and dag_partition.json: the node
     names on A of each (what 08 exports)."""
     summ, parts = {}, {}
+    limit = (system.get("dag") or {}).get("max_nodes")
+    if limit is not None and cg.n > int(limit):
+        return {"dag_optimum": None, "dag_optimum_energy": None,
+                "dag_skipped": f"{cg.n} nodes > dag.max_nodes {int(limit)} in the system config"}, parts
     for objective, name in (("latency", "dag_optimum"), ("energy", "dag_optimum_energy")):
         if cg.real.sum() < 2 or not len(df):
             summ[name] = None

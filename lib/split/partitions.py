@@ -65,10 +65,10 @@ def pipeline_line(p: dict | None) -> str:
     return "\n".join(rows)
 
 
-def dag_line(d: dict | None) -> str:
+def dag_line(d: dict | None, skipped: str | None = None) -> str:
     """07's line on the DAG optimum."""
     if d is None:
-        return "DAG optimum: none (fewer than two nodes)"
+        return f"DAG optimum: skipped ({skipped})" if skipped else "DAG optimum: none (fewer than two real nodes)"
     g = d["gain_vs_best_boundary"]
     return (f"DAG optimum (min cut): {d['est_latency_us'] / 1e3:.3f} ms, {d['n_left']} nodes on A, {d['n_cut_tensors']} "
             f"cut tensors ({d['comm_bytes'] / 1024:.1f} KiB), {'a prefix (b%d)' % d['prefix_boundary'] if d['is_prefix'] else 'not a prefix'}; "
@@ -88,5 +88,5 @@ def bandwidth_line(summ: dict) -> str:
 
 def beyond_lines(summ: dict) -> str:
     """07's summary lines past the boundaries."""
-    return "\n".join(x for x in (dag_line(summ.get("dag_optimum")), pipeline_line(summ.get("pipeline")),
+    return "\n".join(x for x in (dag_line(summ.get("dag_optimum"), summ.get("dag_skipped")), pipeline_line(summ.get("pipeline")),
                                  bandwidth_line(summ)) if x)

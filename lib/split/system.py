@@ -36,6 +36,9 @@ def load_system(path: str | Path) -> dict:
         if (lk.get("from"), lk.get("to")) != (keys[i + 1], keys[i + 2]):
             raise StageError(f"system config {path}: chain_links[{i}] must link {keys[i + 1]} to {keys[i + 2]} "
                              f"(from/to), got {lk.get('from')!r} to {lk.get('to')!r}")
+    limit = (s.get("dag") or {}).get("max_nodes") if isinstance(s.get("dag") or {}, dict) else "?"
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 2):
+        raise StageError(f"system config {path}: dag.max_nodes must be an integer >= 2 or null, got {limit!r}")
     return s
 
 
