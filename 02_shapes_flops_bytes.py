@@ -10,10 +10,10 @@ graph.npz (its structure as arrays) that 04, 05 and 07 reuse, and metrics_meta.j
 and input spec).
 """
 from lib import cli
-from lib.artifacts import csv_row_texts, versions, write_csv, write_json
+from lib.artifacts import versions, write_csv, write_json
 from lib.errors import StageError
 from lib.onnx.inputs import InputSpec
-from lib.onnx.loading import prepare, saving_graph
+from lib.onnx.loading import prepare, save_graph
 from lib.onnx.metrics import kv_cache, node_metrics, summarize
 from lib.provenance import new_run_id, stamp
 from lib.units import fmt_bytes, fmt_count
@@ -53,18 +53,16 @@ def main(argv=None):
     an = prepare(a.model, InputSpec.from_args(a))
     consts = an.constants()
     run_id = new_run_id()
-    ahead = []      # (types, CSV lines) of the first rows, formatted while the child computes the others
-    with saving_graph(an, a.rdir, run_id, consts) as saving:    # on the other core, with part of the rows
-        df = node_metrics(an.graph, consts, along=saving,
-                          meanwhile=lambda part: ahead.append((list(part.dtypes), csv_row_texts(part))))
-        s = summarize(df)
-        if a.fail_on_unknown and s["unknown_cost_nodes"]:
-            raise StageError(f"{s['unknown_cost_nodes']} nodes have ops of unknown cost: "
-                             + ", ".join(f"{k} x{v}" for k, v in s["unknown_cost_ops"].items()))
+    df = node_metrics(an.graph, consts)
+    s = summarize(df)
+    if a.fail_on_unknown and s["unknown_cost_nodes"]:
+        raise StageError(f"{s['unknown_cost_nodes']} nodes have ops of unknown cost: "
+                         + ", ".join(f"{k} x{v}" for k, v in s["unknown_cost_ops"].items()))
+    save_graph(an, a.rdir, run_id, consts)
     s["kv_cache"] = kv_cache(an.graph)
     meta = stamp({"topological_order": "file" if an.graph.file_order else "kahn", "shape_note": an.inferred.executed_note,
                   **s, "versions": versions()}, an.identity, run_id=run_id)
-    write_csv(df, a.rdir / "ops_metrics.csv", done=ahead[0] if ahead else None)
+    write_csv(df, a.rdir / "ops_metrics.csv")
     write_json(meta, a.rdir / "metrics_meta.json")
     report(a.model, an.shapes, s, an.inferred.executed_note)
     print(f"wrote {a.rdir / 'ops_metrics.csv'}")

@@ -12,7 +12,7 @@ uses the prediction). 01's and 02's results must belong to the same model and in
 import numpy as np
 
 from lib import cli
-from lib.artifacts import CONFIGS, read_csv, read_csv_verbatim, versions, write_csv, write_json
+from lib.artifacts import CONFIGS, read_csv, versions, write_csv, write_json
 from lib.errors import StageError
 from lib.host import load_host
 from lib.latency.latency_model import ort_node_roles, predict_profile
@@ -79,9 +79,7 @@ def main(argv=None):
     a = cli.parse(p, argv)
     res = Results(a.rdir)
     host = load_host(a.host)
-    # 02's lines as they are: its columns come first in ops_profile.csv, unchanged (merge() and roofline() add
-    # columns, keep the rows' order), and are not formatted again (0.3 s at 200k nodes)
-    metrics, verbatim = read_csv_verbatim(a.rdir, "ops_metrics.csv", ("node", "op_type", "flops", "dtype"))
+    metrics = read_csv(a.rdir, "ops_metrics.csv", ("node", "op_type", "flops", "dtype"))
     measured = not a.no_profile and (a.rdir / "ops_latency.csv").exists()
     names = ["metrics_meta.json"] + (["profile_meta.json"] if measured else [])
     metas = res.require(*names, light=a.model)
@@ -89,7 +87,7 @@ def main(argv=None):
     if not measured:
         print("note: no ops_latency.csv (run 01_profile_onnx.py for measured latency): roofline and predicted time only")
     df, pred = predicted(roofline(merge(metrics, latency), host), {"measured": measured}, host, a, metas)
-    write_csv(df, a.rdir / "ops_profile.csv", head=verbatim)
+    write_csv(df, a.rdir / "ops_profile.csv")
     write_json(stamp({"host_config": str(a.host), "host": host, "latency_source": "measured" if measured else "none",
                       "prediction": pred, "versions": versions()}, metas["metrics_meta.json"]["identity"], metas,
                      absent=[] if measured or a.no_profile else ["profile_meta.json"]),

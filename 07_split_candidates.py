@@ -12,9 +12,9 @@ split_candidates.tex, split_summary.json, split_model.json, dag_partition.json, 
 """
 from pathlib import Path
 
-from lib import cli, parallel
-from lib.artifacts import csv_row_texts, read_csv, versions, write_csv, write_json
-from lib.split.boundary_sweep import SWEEP_COLUMNS, sweep_columns, sweep_frame
+from lib import cli
+from lib.artifacts import read_csv, versions, write_csv, write_json
+from lib.split.boundary_sweep import sweep_columns, sweep_frame
 from lib.onnx.inputs import InputSpec
 from lib.onnx.loading import analysed_arrays
 from lib.provenance import stamp
@@ -49,21 +49,15 @@ def main(argv=None):
     metas = res.require("merge_meta.json")
     print(f"sweeping {len(arrays.names) - 1} boundaries of {a.model} ({len(arrays.names)} nodes)")
     skip = int(rk.get("skip_block_min_span", 4)), float(rk.get("skip_block_max_share", 0.25))
-    # on the other core, forked before pandas is loaded (the lib modules 07 imports defer it to its first use)
-    with parallel.Future(lambda: sweep_columns(arrays, *skip), inline=len(arrays.names) < parallel.MIN_ITEMS) as swept:
-        prof = read_csv(a.rdir, "ops_profile.csv", ("node", "flops", "act_in_bytes", "act_out_bytes", "weight_bytes",
-                                                    "latency_us"), only=PROFILE_COLUMNS)
-        measured = metas["merge_meta.json"]["latency_source"] == "measured"
-        latency = prof["latency_us"].to_numpy(float) if measured else None
-        [device_factors(prof, dev) for dev in system["devices"].values()]     # the device models (cached)
-        df = sweep_frame(swept.result())
-    # boundaries.csv's first columns are the sweep's: formatted on the other core while the costs are computed
-    with parallel.Future(lambda swept=df: csv_row_texts(swept[list(SWEEP_COLUMNS)]),
-                         inline=len(df) < parallel.MIN_ITEMS) as sweep_texts:
-        df = add_costs(df, prof, latency, system, arrays)
-        df = prune_and_rank(df, system, feasibility_reasons(a.feasibility, a.feasibility_arch,
-                                                            res.identity("metrics_meta.json")) if a.feasibility else None)
-        head = list(SWEEP_COLUMNS), sweep_texts.result()
+    df = sweep_frame(sweep_columns(arrays, *skip))
+    prof = read_csv(a.rdir, "ops_profile.csv", ("node", "flops", "act_in_bytes", "act_out_bytes", "weight_bytes",
+                                                "latency_us"), only=PROFILE_COLUMNS)
+    measured = metas["merge_meta.json"]["latency_source"] == "measured"
+    latency = prof["latency_us"].to_numpy(float) if measured else None
+    [device_factors(prof, dev) for dev in system["devices"].values()]     # the device models (cached)
+    df = add_costs(df, prof, latency, system, arrays)
+    df = prune_and_rank(df, system, feasibility_reasons(a.feasibility, a.feasibility_arch,
+                                                        res.identity("metrics_meta.json")) if a.feasibility else None)
     top = df[df["rank"] <= int(rk.get("top_k", 10))].sort_values("rank")
     pareto = pareto_table(df)
     base = baselines(prof, latency, system)
@@ -71,16 +65,11 @@ def main(argv=None):
     wp = stamp({"latency_source": base["device_a"]["time_source"], "workload": spec.workload}, ident, metas)
     summ = {**split_summary(df, base, system), **beyond_boundaries(df, prof, latency, system, arrays, base, a.rdir,
                                                                    stamp({}, ident, {"workload_profile.json": wp}))}
-
-    def large_json():       # one entry per boundary in each
-        write_json(pruning_summary(df, rk, system, a.feasibility and {"file": a.feasibility, "arch": a.feasibility_arch}),
-                   a.rdir / "candidate_pruning.json", indent=None if len(df) > 10_000 else 2)
-        write_json(stamp(split_model(df, prof, latency, system, arrays), ident, {"workload_profile.json": wp}),
-                   a.rdir / "split_model.json", indent=None)    # compact, no NaN: the report's JSON.parse reads it
-
-    # the JSON files above are done by the child that formats the last rows of boundaries.csv (on the other core);
-    # they take about what 3 in 5 of the rows take to format (0.5 and 0.8 s at 200k nodes)
-    write_csv(df, a.rdir / "boundaries.csv", along=parallel.Task(large_json), child_share=0.2, head=head)
+    write_csv(df, a.rdir / "boundaries.csv")
+    write_json(pruning_summary(df, rk, system, a.feasibility and {"file": a.feasibility, "arch": a.feasibility_arch}),
+               a.rdir / "candidate_pruning.json", indent=None if len(df) > 10_000 else 2)     # one entry per boundary
+    write_json(stamp(split_model(df, prof, latency, system, arrays), ident, {"workload_profile.json": wp}),
+               a.rdir / "split_model.json", indent=None)    # compact, no NaN: the report's JSON.parse reads it
     write_csv(pareto, a.rdir / "pareto_export.csv")
     write_latex(top, Path(a.model).name, a.rdir / "split_candidates.tex")
     write_json({**system, "source": a.system, "versions": versions()}, a.rdir / "system_config.json")

@@ -21,15 +21,15 @@ from lib.onnx.loading import analysed
 from lib.provenance import stamp
 from lib.split.diagram import dot_program
 from lib.split.partition_export import beyond_reports, export_beyond, export_boundaries
-from lib.split.ranking import choose_boundaries
+from lib.split.ranking import choose_boundaries, small_model_note
 
 
 def add_flags(p) -> None:
     p.add_argument("--top-k", type=int, default=3, help="export the k best-ranked boundaries (default: %(default)s)")
     p.add_argument("--boundary", type=int, nargs="+", metavar="B", help="export these boundaries instead")
     p.add_argument("--runs", type=int, default=5, help="timed runs per model in the validation (default: %(default)s)")
-    p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance of full vs composed (default: %(default)s)")
-    p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default: %(default)s)")
+    p.add_argument("--atol", type=float, default=1e-4, help="recorded only (the dtype bound decides; default: %(default)s)")
+    p.add_argument("--rtol", type=float, default=1e-3, help="recorded only, as --atol (default: %(default)s)")
     p.add_argument("--hops", type=int, default=1, choices=range(4), help="context hops in the diagram (0..3, default 1)")
     p.add_argument("--diagram", default="auto", choices=["auto", "dot", "matplotlib", "none"],
                    help="diagram renderer: Graphviz dot when installed (auto), matplotlib, or none")
@@ -73,7 +73,7 @@ def main(argv=None):
     if a.benchmark_set:
         benchmark_set(Path(a.benchmark_set), a.rdir, [a.rdir / "splits" / f"b{b}" for b in chosen])
         print(f"benchmark set in {a.benchmark_set}: python {Path(a.benchmark_set) / 'benchmark_suite.py'}")
-    print(closing_line(reports, kept, s, a.atol, a.rdir / "validation_report.json"))
+    print(closing_line(reports, kept, s, a.atol, a.rdir / "validation_report.json", small_model_note(len(an.graph.nodes))))
     return 0 if all(r["pass"] is True for r in reports + beyond_reports(beyond)) else 1
 
 

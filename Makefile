@@ -11,7 +11,7 @@ OFFLOAD ?= configs/offload.yaml
 SYSTEM  ?= configs/system.yaml
 LATENCY_MODEL ?= configs/latency_model.yaml
 RUNS    ?= 10
-LIB     := $(wildcard lib/*.py)
+LIB     := $(shell find lib -name "*.py")
 # The one input spec, given to every stage that shapes or feeds inputs (01, 02, 07, 08, 10):
 #   SHAPE_ARGS="--shape-override 'input=8x3x224x224'"   PRESET=llm-128 (configs/workload.yaml)   INPUTS=feeds.npz
 # and extra flags for stage 01, e.g. PROFILE_ARGS="--threads 1"

@@ -1,9 +1,14 @@
-"""Shared by the bench scripts: their command line, running a stage script, and building a model into models/
-when it is missing (random weights; int8 by ONNX Runtime's dynamic quantization)."""
+"""Shared by the bench scripts: their command line, running a stage script, building a model into models/
+when it is missing (random weights; int8 by ONNX Runtime's dynamic quantization), and `--record`: what a
+bench prints, written to its section of bench/RESULTS.md (bench/record.py) with the date, host, commit and
+the command that regenerates it."""
 import argparse
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+from record import record
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,12 +38,40 @@ def quantized(src: Path, dst: Path) -> Path:
     return dst
 
 
-def parser(doc: str, models: list[str] | None = None) -> argparse.ArgumentParser:
-    """A bench script's command line: its docstring as the help, and `--models` (default `models`) when given."""
+def parser(doc: str, models: list[str] | None = None, recorded: bool = False) -> argparse.ArgumentParser:
+    """A bench script's command line: its docstring as the help, `--models` (default `models`) when given, and
+    `--record` when the script records its figures."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     if models is not None:
         p.add_argument("--models", nargs="+", default=list(models))
+    if recorded:
+        add_record(p)
     return p
+
+
+def add_record(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--record", action="store_true",
+                   help="also write what this run prints to its section of bench/RESULTS.md (date, host, commit, command)")
+
+
+class Printed:
+    """print() that keeps the lines, so that `--record` writes exactly what the run printed (never figures
+    typed by hand)."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def __call__(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.lines.extend(str(line).splitlines() or [""])
+
+    def record(self, script: str, on: bool) -> None:
+        """When `on`, write the lines printed so far as section `script` of bench/RESULTS.md; the command
+        recorded is this run's own (with --record, so that running it again regenerates the section)."""
+        if on:
+            command = shlex.join(["python", f"bench/{script}.py", *sys.argv[1:]])
+            record(script, "```\n" + "\n".join(self.lines) + "\n```\n", command=command)
+            print(f"recorded in bench/RESULTS.md, section {script}")
 
 
 def run_stage(script: str, *args, check: bool = True) -> subprocess.CompletedProcess:

@@ -42,6 +42,7 @@ regenerates it, saves it (model folder + mutant.json) and shows every stage's co
 
     .venv/bin/python bench/fuzz_models.py --count 300 --stage01-count 30 --jobs 2 --json /tmp/fuzz.json
     .venv/bin/python bench/fuzz_models.py --list-kinds
+    .venv/bin/python bench/fuzz_models.py --count 300 --stage01-count 30 --record   # the summary into bench/RESULTS.md
 
 Exit code: 0 when no failure class has a member, 1 otherwise (2 for bad arguments).
 """
@@ -55,6 +56,7 @@ import math
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -71,6 +73,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from record import record
 
 REPO = Path(__file__).resolve().parent.parent
 STAGES = {"01": "01_profile_onnx.py", "02": "02_shapes_flops_bytes.py", "07": "07_split_candidates.py"}
@@ -2065,6 +2069,7 @@ def main(argv=None):
     p.add_argument("--dry-run", action="store_true",
                    help="generate and judge the mutants (validator, checker, ORT) without running any stage")
     p.add_argument("-v", "--verbose", action="store_true", help="print each mutant, each stage command, exit code and stderr")
+    p.add_argument("--record", action="store_true", help="also write the summary to its section of bench/RESULTS.md")
     opts = p.parse_args(argv)
     if opts.list_kinds:
         for k in KINDS.values():
@@ -2160,6 +2165,8 @@ def main(argv=None):
         Path(opts.json).write_text(json.dumps({
             "seed": opts.seed, "count": len(ids), "kinds": kinds, "elapsed_s": round(time.time() - t0, 1),
             "distinct_failures": distinct, "runs": [to_json(r) for r in recs]}, indent=1, default=str) + "\n")
+    if opts.record:  # the summary as printed, with the command that regenerates it
+        record("fuzz_models", "```\n" + text.rstrip("\n") + "\n```\n", command=shlex.join(["python", "bench/fuzz_models.py", *sys.argv[1:]]))
     failed = any(c in FAILURE_CLASSES for r in recs for rr in r["stages"].values() for c in rr.classes)
     return 1 if failed or errs else 0
 

@@ -2,7 +2,7 @@
 """How steady is this host? One model's session.run timed back to back for a while, with a small reference
 kernel (a Conv and a MatMul, ORT as well) timed between the runs.
 
-    .venv/bin/python bench/host_speed.py [--model models/resnet50.onnx] [--seconds 60]
+    .venv/bin/python bench/host_speed.py [--model models/resnet50.onnx] [--seconds 60] [--record]
 
 Prints the distribution of the model's run times (median, mean, p10, p90, a text histogram), how often two
 consecutive runs differ by more than 25%, and how much of the model's variation the reference kernel explains
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _models import REPO, ensure_model, parser
+from _models import REPO, Printed, ensure_model, parser
 
 sys.path.insert(0, str(REPO))
 
@@ -53,7 +53,7 @@ def timed(sess, feeds, n: int) -> float:
 
 
 def main():
-    p = parser(__doc__)
+    p = parser(__doc__, recorded=True)
     p.add_argument("--model", default=None, help="ONNX model (default: models/resnet50.onnx, built when missing)")
     p.add_argument("--seconds", type=float, default=60.0, help="how long to sample (default 60)")
     a = p.parse_args()
@@ -79,18 +79,20 @@ def main():
         r.append(timed(ref, ref_feeds, 5))
         m.append(timed(model, feeds, 1))
     m, r = np.array(m), np.array(r)
-    print(f"{path}: {len(m)} runs in {a.seconds:.0f} s")
-    print(f"  run time ms: median {np.median(m):.2f}, mean {m.mean():.2f}, p10 {np.percentile(m, 10):.2f}, "
+    out = Printed()
+    out(f"{path}: {len(m)} runs in {a.seconds:.0f} s")
+    out(f"  run time ms: median {np.median(m):.2f}, mean {m.mean():.2f}, p10 {np.percentile(m, 10):.2f}, "
           f"p90 {np.percentile(m, 90):.2f}, min {m.min():.2f}, max {m.max():.2f}")
     hist, edges = np.histogram(m, bins=12, range=(m.min(), np.percentile(m, 99)))
     for h, lo, hi in zip(hist, edges[:-1], edges[1:]):
-        print(f"  {lo:8.2f}-{hi:8.2f} ms {'#' * int(round(60 * h / max(hist.max(), 1)))} {h}")
+        out(f"  {lo:8.2f}-{hi:8.2f} ms {'#' * int(round(60 * h / max(hist.max(), 1)))} {h}")
     jumps = np.abs(np.diff(m)) / np.minimum(m[1:], m[:-1])
-    print(f"  consecutive runs more than 25% apart: {100 * np.mean(jumps > 0.25):.0f}%")
+    out(f"  consecutive runs more than 25% apart: {100 * np.mean(jumps > 0.25):.0f}%")
     ratio = m / r
-    print(f"  reference kernel ms: median {np.median(r):.2f} (p10 {np.percentile(r, 10):.2f}, p90 {np.percentile(r, 90):.2f}); "
+    out(f"  reference kernel ms: median {np.median(r):.2f} (p10 {np.percentile(r, 10):.2f}, p90 {np.percentile(r, 90):.2f}); "
           f"correlation with the model {np.corrcoef(m, r)[0, 1]:.2f}; spread (std/mean) of model time "
           f"{m.std() / m.mean():.2f}, of model/reference {ratio.std() / ratio.mean():.2f}")
+    out.record("host_speed", a.record)
 
 
 if __name__ == "__main__":

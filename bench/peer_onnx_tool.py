@@ -4,15 +4,16 @@ MACs per op type on the same model files.
 
     .venv/bin/python bench/peer_onnx_tool.py [--models vit_b_16 resnet50 ...] [--repeats 3] [--skip-peer]
                                              [--skip-big] [--big] [--peer-timeout 900] [--json OUT]
-                                             [--project-dir DIR] [--no-macs]
+                                             [--project-dir DIR] [--baseline-dir DIR] [--no-macs] [--record]
     .venv/bin/python bench/peer_onnx_tool.py --report OUT.json     # print the tables again, measure nothing
 
 Per model, each measured as its own process under /usr/bin/time -v (wall = median of --repeats runs, peak RSS
 = median of the runs' "Maximum resident set size"), the runs of the three interleaved:
   - this project: `02_shapes_flops_bytes.py --model M --results <tmp>` (+ `--preset llm-128` for the Hugging
     Face exports); on the synthetic graphs also `03_merge_profile_metrics.py` and `07_split_candidates.py` after it
-    (07 reads 03's table; "07" below is 03 + 07, with 03's part and 07 alone shown), summed with 02. From 10k
-    nodes the stages use the second core (lib/parallel.py); run the bench under NNPERF_SERIAL=1 for one process;
+    (07 reads 03's table; "07" below is 03 + 07, with 03's part and 07 alone shown), summed with 02; one process
+    per stage. With --baseline-dir, the same stages of another checkout (a `git archive` of the commit before a
+    change) are timed in the same runs, interleaved, and shown side by side with this one's ("before and after");
   - onnx-tool: the body of `onnx_tool.model_profile` (load, reorder, shape_infer, profile, per-node CSV),
     inlined in a small driver so that its phases are timed too, run in its own venv bench/.venv-onnx-tool
     (created on first use, pinned below; never a project dependency); killed after --peer-timeout seconds;
@@ -48,6 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _models import REPO, ensure_model  # noqa: E402
+from record import record  # noqa: E402
 
 PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
 PEER_VENV = REPO / "bench" / ".venv-onnx-tool"
@@ -120,7 +122,7 @@ onnx.shape_inference.infer_shapes(m)
 PROJECT_VERSIONS = r'''
 import importlib, sys
 v = [f"Python {sys.version.split()[0]}"]
-for m in ("onnx", "numpy", "pandas", "pyarrow", "onnxruntime"):
+for m in ("onnx", "numpy", "pandas", "polars", "pyarrow", "onnxruntime"):
     try:
         v.append(f"{m} {importlib.import_module(m).__version__}")
     except Exception:
@@ -227,63 +229,84 @@ def med(runs: list[dict], key: str):
     return statistics.median(vals) if vals else None
 
 
+def time_stages(proj: Path, path: Path, res: Path, extra: list, synthetic: bool) -> tuple[dict, dict | None]:
+    """One run of the checkout proj's stage 02 on the model, and on the synthetic graphs 03 + 07 after it (07 reads
+    03's ops_profile.csv: 03, roofline and prediction without a profile, is timed with it, its part shown apart)."""
+    run = timed([PY, str(proj / "02_shapes_flops_bytes.py"), "--model", str(path), "--results", str(res), *extra],
+                cwd=proj)
+    if run["rc"] != 0:
+        print(f"  stage 02 of {proj} failed: {last_line(run['stderr'])}", flush=True)
+    if run["rc"] != 0 or not synthetic:
+        return _brief(run), None
+    r03 = timed([PY, str(proj / "03_merge_profile_metrics.py"), "--results", str(res)], cwd=proj)
+    r07 = timed([PY, str(proj / "07_split_candidates.py"), "--model", str(path), "--results", str(res), *extra],
+                cwd=proj) if r03["rc"] == 0 else r03
+    if r07 is not r03:
+        r07 = {**r07, "wall_s": r07["wall_s"] + r03["wall_s"],
+               "rss_mib": max(x for x in (r07["rss_mib"], r03["rss_mib"], 0) if x is not None)}
+    if r07["rc"] != 0:
+        print(f"  stage 03/07 of {proj} failed: {last_line(r07['stderr'])}", flush=True)
+        return _brief(run), _brief(r07)
+    return _brief(run), _brief(r07) | {"s03_wall_s": r03["wall_s"], "s07_alone_wall_s": r07["wall_s"] - r03["wall_s"]}
+
+
+def time_peer(rec: dict, path: Path, spec: dict, a, tmp: Path) -> bool:
+    """One onnx-tool run into rec; False when it was killed or failed (no further repeats)."""
+    run = timed([str(PEER_PY), str(tmp / "peer_driver.py"), str(path), str(tmp / f"peer_{path.stem}.csv"),
+                 json.dumps(spec.get("feeds", {}))], timeout=a.peer_timeout)
+    rec["peer"].append(_brief(run))
+    if run["killed"]:
+        print(f"  onnx-tool: > {a.peer_timeout:.0f} s (killed); no further repeats", flush=True)
+        return False
+    if run["rc"] != 0:
+        print(f"  onnx-tool failed: {last_line(run['stderr'])}", flush=True)
+        return False
+    m = re.search(r"@@PEER@@(.*)", run["stdout"])
+    if m:
+        rec["peer_phases"].append(json.loads(m.group(1)))
+    return True
+
+
+KINDS = ("s02", "s07", "b02", "b07", "peer", "floor")     # this checkout's 02 and 03+07, the baseline's, peer, floor
+
+
 def measure_model(name: str, path: Path, a, peer_ok: bool, tmp: Path) -> dict:
-    proj = Path(a.project_dir)
     spec = MODELS[name]
-    extra = spec.get("extra", [])
     res = tmp / f"res_{name}"
-    peer_csv = tmp / f"peer_{name}.csv"
-    drv = tmp / "peer_driver.py"
-    floor = tmp / "floor_driver.py"
-    rec = {"model": str(path.relative_to(REPO)), "file_mib": path.stat().st_size / 2**20,
-           "s02": [], "s07": [], "peer": [], "floor": [], "peer_phases": []}
+    rec = {"model": str(path.relative_to(REPO)), "file_mib": path.stat().st_size / 2**20, "peer_phases": [],
+           **{k: [] for k in KINDS}}
     data = path.with_name(path.name + ".data")
     if data.exists():
         rec["external_data_gb"] = data.stat().st_size / 1e9
-    peer_dead = not peer_ok
+    peer_alive = peer_ok
     for r in range(a.repeats):
-        run = timed([PY, str(proj / "02_shapes_flops_bytes.py"), "--model", str(path), "--results", str(res),
-                     *extra], cwd=proj)
-        rec["s02"].append(_brief(run))
-        if run["rc"] != 0:
-            print(f"  stage 02 failed: {last_line(run['stderr'])}", flush=True)
-        elif spec.get("synthetic"):
-            # 07 reads 03's ops_profile.csv: 03 (roofline and prediction, no profile) is timed with it
-            r03 = timed([PY, str(proj / "03_merge_profile_metrics.py"), "--results", str(res)], cwd=proj)
-            run = timed([PY, str(proj / "07_split_candidates.py"), "--model", str(path), "--results", str(res),
-                         *extra], cwd=proj) if r03["rc"] == 0 else r03
-            if run is not r03:
-                run = {**run, "wall_s": run["wall_s"] + r03["wall_s"],
-                       "rss_mib": max(x for x in (run["rss_mib"], r03["rss_mib"], 0) if x is not None)}
-            parts = {"s03_wall_s": r03["wall_s"], "s07_alone_wall_s": run["wall_s"] - r03["wall_s"]}
-            rec["s07"].append(_brief(run) | (parts if run["rc"] == 0 else {}))     # 03's part, shown apart
-            if run["rc"] != 0:
-                print(f"  stage 03/07 failed: {last_line(run['stderr'])}", flush=True)
-        if not peer_dead:
-            run = timed([str(PEER_PY), str(drv), str(path), str(peer_csv), json.dumps(spec.get("feeds", {}))],
-                        timeout=a.peer_timeout)
-            rec["peer"].append(_brief(run))
-            if run["killed"]:
-                print(f"  onnx-tool: > {a.peer_timeout:.0f} s (killed); no further repeats", flush=True)
-                peer_dead = True
-            elif run["rc"] != 0:
-                print(f"  onnx-tool failed: {last_line(run['stderr'])}", flush=True)
-                peer_dead = True
-            else:
-                m = re.search(r"@@PEER@@(.*)", run["stdout"])
-                if m:
-                    rec["peer_phases"].append(json.loads(m.group(1)))
-        run = timed([PY, str(floor), str(path)])
+        checkouts = [("s", Path(a.project_dir), res)] + ([("b", Path(a.baseline_dir), tmp / f"base_{name}")]
+                                                         if a.baseline_dir else [])
+        for prefix, proj, out in checkouts[::1 if r % 2 == 0 else -1]:      # alternate which goes first
+            r02, r07 = time_stages(proj, path, out, spec.get("extra", []), bool(spec.get("synthetic")))
+            rec[prefix + "02"].append(r02)
+            if r07 is not None:
+                rec[prefix + "07"].append(r07)
+        if peer_alive:
+            peer_alive = time_peer(rec, path, spec, a, tmp)
+        run = timed([PY, str(tmp / "floor_driver.py"), str(path)])
         rec["floor"].append(_brief(run))
         if run["rc"] != 0:
             print(f"  floor failed: {last_line(run['stderr'])}", flush=True)
         print(f"  repeat {r + 1}/{a.repeats}: " + ", ".join(
             f"{k} {rec[k][-1]['wall_s']:.2f} s / {fmt_mib(rec[k][-1]['rss_mib'])}"
-            for k in ("s02", "s07", "peer", "floor") if len(rec[k]) > r), flush=True)
-    for k in ("s02", "s07", "peer", "floor"):
+            for k in KINDS if len(rec[k]) > r), flush=True)
+    summarize_runs(rec, res, tmp / f"peer_{path.stem}.csv")
+    return rec
+
+
+def summarize_runs(rec: dict, res: Path, peer_csv: Path) -> None:
+    """Medians of the runs, and the per-node tables of the last run (for the MAC comparison)."""
+    for k in KINDS:
         rec[k + "_wall_s"] = med(rec[k], "wall_s")
         rec[k + "_rss_mib"] = med(rec[k], "rss_mib")
-    rec["s03_wall_s"], rec["s07_alone_wall_s"] = med(rec["s07"], "s03_wall_s"), med(rec["s07"], "s07_alone_wall_s")
+    for k in ("s07", "b07"):
+        rec[k[0] + "03_wall_s"], rec[k[0] + "07_alone_wall_s"] = med(rec[k], "s03_wall_s"), med(rec[k], "s07_alone_wall_s")
     rec["peer_killed"] = any(r["killed"] for r in rec["peer"])
     if rec["peer_phases"]:
         rec["peer_phase_median"] = {k: statistics.median(p[k] for p in rec["peer_phases"])
@@ -295,7 +318,6 @@ def measure_model(name: str, path: Path, a, peer_ok: bool, tmp: Path) -> dict:
             rec["nodes"] = json.loads(meta.read_text()).get("nodes")
     if peer_csv.exists():
         rec["peer_ops"] = read_peer(peer_csv)
-    return rec
 
 
 # ---------------------------------------------------------------------------------------------- MACs
@@ -717,6 +739,29 @@ def summary_table(recs: dict, peer_ok: bool) -> list[str]:
     return lines
 
 
+def before_after(recs: dict, baseline: str | None) -> list[str]:
+    """This checkout against --baseline-dir's, timed in the same runs (medians; 02, and 02 + 03 + 07 on the
+    synthetic graphs)."""
+    rows = []
+    for name, rec in recs.items():
+        if "error" in rec or not rec.get("b02"):
+            continue
+        for what, keys in (("02", ("02",)), ("02+03+07", ("02", "07"))):
+            if what != "02" and not MODELS[name].get("synthetic"):
+                continue
+            now = [rec.get(f"s{k}_wall_s") for k in keys]
+            base = [rec.get(f"b{k}_wall_s") for k in keys]
+            if None in now or None in base:
+                rows.append(f"| {what} on {name} | — | — | — |")
+                continue
+            rss = lambda p: max(rec.get(f"{p}{k}_rss_mib") or 0 for k in keys)  # noqa: E731
+            rows.append(f"| {what} on {name} | {fmt_s(sum(base))}, {fmt_mib(rss('b'))} | {fmt_s(sum(now))}, "
+                        f"{fmt_mib(rss('s'))} | {sum(now) / sum(base):.2f}× |")
+    if not rows:
+        return []
+    return [f"| work | baseline ({baseline}) | this checkout | this / baseline |", "| --- | --- | --- | ---: |", *rows]
+
+
 def linearity(recs: dict) -> list[str]:
     """Seconds per 10k nodes on the synthetic graphs: flat = linear."""
     rows, prev = [], None
@@ -761,6 +806,11 @@ def report(out: dict, tiny_printed: bool = False) -> list[str]:
     print("\n## Summary (medians of %d runs; wall time, peak RSS%s)\n" % (out["repeats"], busy))
     lines = summary_table(out["models"], peer_ok)
     print("\n".join(lines))
+    ba = before_after(out["models"], out.get("baseline_dir"))
+    if ba:
+        print("\nBefore and after, in the same runs (wall time, peak RSS; medians):\n")
+        print("\n".join(ba))
+        lines += [""] + ba
     lin = linearity(out["models"])
     if lin:
         print("\nLinearity on the synthetic graphs (seconds per 10k nodes; flat = linear):\n")
@@ -775,7 +825,7 @@ def report(out: dict, tiny_printed: bool = False) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- main
 
-def main():
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="+", choices=list(MODELS), default=None,
                    help=f"models to run (default: {' '.join(DEFAULT_MODELS)}; gpt2_wide only with --big)")
@@ -787,12 +837,70 @@ def main():
     p.add_argument("--peer-timeout", type=float, default=900.0,
                    help="seconds before an onnx-tool run is killed and reported as '> N s (killed)' (default 900)")
     p.add_argument("--project-dir", default=str(REPO), metavar="DIR",
-                   help="checkout whose 02/07 stage scripts are timed (default: this one), e.g. a `git archive` "
-                        "snapshot of an older commit for before/after figures; run with this repo's .venv")
+                   help="checkout whose 02/03/07 stage scripts are timed (default: this one); run with this repo's .venv")
+    p.add_argument("--baseline-dir", metavar="DIR",
+                   help="another checkout (a `git archive` of an earlier commit) whose 02/03/07 are timed in the same "
+                        "runs, interleaved with this one's: the before-and-after table")
     p.add_argument("--no-macs", action="store_true", help="skip the MAC comparison (timings only)")
     p.add_argument("--json", metavar="OUT", help="save every figure (all runs, medians, MAC tables) as JSON")
+    p.add_argument("--record", action="store_true",
+                   help="write the summary tables to bench/RESULTS.md (bench/record.py), with date, commit and command")
     p.add_argument("--report", metavar="JSON", help="measure nothing: print the tables again from a saved --json")
-    a = p.parse_args()
+    return p.parse_args()
+
+
+def setup(a) -> dict:
+    """The run's record, with the versions of both tools, the onnx-tool venv made when missing."""
+    out = {"repeats": a.repeats, "peer_timeout_s": a.peer_timeout, "host": os.uname().nodename,
+           "cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "models": {}}
+    if not a.skip_peer:
+        out["onnx_tool_venv"] = ensure_peer_venv()
+        v = out["onnx_tool_venv"]
+        print(f"onnx-tool {v.get('onnx-tool')} in {PEER_VENV.relative_to(REPO)} (Python {v.get('python')}, onnx "
+              f"{v.get('onnx')}, numpy {v.get('numpy')}, protobuf {v.get('protobuf')}, tabulate {v.get('tabulate')})")
+    r = subprocess.run([PY, "-c", PROJECT_VERSIONS], capture_output=True, text=True)
+    out["project_versions"] = r.stdout.strip()
+    out["pythonpath"] = os.environ.get("PYTHONPATH")
+    out["project_dir"] = str(Path(a.project_dir).resolve())
+    out["baseline_dir"] = str(Path(a.baseline_dir).resolve()) if a.baseline_dir else None
+    # our modules load from bytecode, as the installed libraries (onnx, pandas) and the floor's do: under
+    # PYTHONDONTWRITEBYTECODE=1 Python never writes lib/'s .pyc itself, and compiles it at every start
+    for d in filter(None, (a.project_dir, a.baseline_dir)):
+        subprocess.run([PY, "-m", "compileall", "-q", str(Path(d) / "lib")], check=False)
+    print(f"this project: stages of {out['project_dir']}, run by {PY} ({out['project_versions']}"
+          + (f", PYTHONPATH={out['pythonpath']}" if out["pythonpath"] else "")
+          + (f"; baseline: stages of {out['baseline_dir']}" if a.baseline_dir else "")
+          + f"); repeats {a.repeats}; timings on a shared machine are noisy (provisional)", flush=True)
+    return out
+
+
+def measure_all(a, out: dict, models: list[str], tmp: Path) -> None:
+    """The tiny graphs, then each model's timings and MAC comparison, into out (saved as it goes with --json)."""
+    peer_ok = not a.skip_peer
+    (tmp / "peer_driver.py").write_text(PEER_DRIVER)
+    (tmp / "floor_driver.py").write_text(FLOOR_DRIVER)
+    if not a.no_macs:
+        out["tiny_graphs"] = run_tiny(tmp, peer_ok, Path(a.project_dir))
+        print_tiny(out["tiny_graphs"])
+    print("\n## Timings\n", flush=True)
+    for name in models:
+        try:
+            path = build_model(name)
+        except RuntimeError as e:
+            print(f"{name}: {e}")
+            out["models"][name] = {"error": str(e)}
+            continue
+        print(f"{name}: {path.relative_to(REPO)} ({path.stat().st_size / 2**20:,.0f} MiB)", flush=True)
+        rec = measure_model(name, path, a, peer_ok, tmp)
+        if not a.no_macs and rec.get("ours_ops") and rec.get("peer_ops"):
+            rec["macs_by_op"] = compare_macs(rec, path)
+        out["models"][name] = rec
+        if a.json:   # keep what is done so far
+            save_json(a.json, out)
+
+
+def main():
+    a = parse_args()
     if a.report:
         report(json.loads(Path(a.report).read_text()))
         return
@@ -801,52 +909,9 @@ def main():
         models.remove("synth_200k")
     if a.big and "gpt2_wide" not in models:
         models.append("gpt2_wide")
-
-    out = {"repeats": a.repeats, "peer_timeout_s": a.peer_timeout, "host": os.uname().nodename,
-           "cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "models": {}}
-    peer_ok = not a.skip_peer
-    if peer_ok:
-        out["onnx_tool_venv"] = ensure_peer_venv()
-        v = out["onnx_tool_venv"]
-        print(f"onnx-tool {v.get('onnx-tool')} in {PEER_VENV.relative_to(REPO)} (Python {v.get('python')}, onnx "
-              f"{v.get('onnx')}, numpy {v.get('numpy')}, protobuf {v.get('protobuf')}, tabulate {v.get('tabulate')})")
-    r = subprocess.run([PY, "-c", PROJECT_VERSIONS], capture_output=True, text=True)
-    out["project_versions"] = r.stdout.strip()
-    out["pythonpath"] = os.environ.get("PYTHONPATH")
-    out["serial"] = os.environ.get("NNPERF_SERIAL", "") not in ("", "0")
-    out["project_dir"] = str(Path(a.project_dir).resolve())
-    # our modules load from bytecode, as the installed libraries (onnx, pandas) and the floor's do: under
-    # PYTHONDONTWRITEBYTECODE=1 Python never writes lib/'s .pyc itself, and compiles it at every start
-    subprocess.run([PY, "-m", "compileall", "-q", str(Path(a.project_dir) / "lib")], check=False)
-    print(f"this project: stages of {out['project_dir']}, run by {PY} ({out['project_versions']}"
-          + (f", PYTHONPATH={out['pythonpath']}" if out["pythonpath"] else "")
-          + ("; one process (NNPERF_SERIAL=1)" if out["serial"] else "; a forked child on the second core from 10k nodes")
-          + f"); repeats {a.repeats}; "
-          f"timings on a shared machine are noisy (provisional)", flush=True)
-
+    out = setup(a)
     with tempfile.TemporaryDirectory(prefix="peer_onnx_tool_") as td:
-        tmp = Path(td)
-        (tmp / "peer_driver.py").write_text(PEER_DRIVER)
-        (tmp / "floor_driver.py").write_text(FLOOR_DRIVER)
-        if not a.no_macs:
-            tiny = run_tiny(tmp, peer_ok, Path(a.project_dir))
-            out["tiny_graphs"] = tiny
-            print_tiny(tiny)
-        print("\n## Timings\n", flush=True)
-        for name in models:
-            try:
-                path = build_model(name)
-            except RuntimeError as e:
-                print(f"{name}: {e}")
-                out["models"][name] = {"error": str(e)}
-                continue
-            print(f"{name}: {path.relative_to(REPO)} ({path.stat().st_size / 2**20:,.0f} MiB)", flush=True)
-            rec = measure_model(name, path, a, peer_ok, tmp)
-            if not a.no_macs and rec.get("ours_ops") and rec.get("peer_ops"):
-                rec["macs_by_op"] = compare_macs(rec, path)
-            out["models"][name] = rec
-            if a.json:   # keep what is done so far
-                save_json(a.json, out)
+        measure_all(a, out, models, Path(td))
     for rec in out["models"].values():
         rec.pop("ours_ops", None)
         rec.pop("peer_ops", None)
@@ -855,6 +920,9 @@ def main():
     if a.json:
         save_json(a.json, out)
         print(f"\nwrote {a.json}")
+    if a.record:
+        command = " ".join([".venv/bin/python", os.path.relpath(sys.argv[0], REPO), *sys.argv[1:]])
+        record("peer_onnx_tool", "\n".join(lines), command=command)
 
 
 def save_json(path, out) -> None:

@@ -2,7 +2,7 @@
 """Stage 02 on the models users bring: per model nodes, total MACs, unknown-cost ops and stage-02 wall time;
 then peak RSS of stage 02 on a GPT-2-style export with more than 1 GB of external data.
 
-    .venv/bin/python bench/transformer_costs.py [--skip-big]
+    .venv/bin/python bench/transformer_costs.py [--skip-big] [--record]
 
 Models are built into models/ when missing (random weights, nothing downloaded): torchvision vit_b_16,
 swin_t, convnext_tiny; Hugging Face BERT/GPT-2 from configs (h=256, 4 layers) at sequence 128; resnet18 in
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from _models import REPO, ensure_model, parser, quantized
+from _models import REPO, Printed, ensure_model, parser, quantized
 
 PY = sys.executable
 
@@ -35,7 +35,7 @@ def stage02(model: Path, *extra):
 
 
 def main():
-    p = parser(__doc__)
+    p = parser(__doc__, recorded=True)
     p.add_argument("--skip-big", action="store_true", help="skip the >1 GB external-data model")
     a = p.parse_args()
     m = REPO / "models"
@@ -48,17 +48,19 @@ def main():
     quantized(m / "bert.onnx", m / "bert_int8_dynamic.onnx")
     models = ["vit_b_16", "swin_t", "convnext_tiny", "bert", "gpt2", "resnet18_fp16", "resnet18_int8_dynamic",
               "bert_int8_dynamic"]
-    print(f"{'model':<24} {'nodes':>6} {'MACs (G)':>10} {'unknown ops':>11} {'02 wall s':>9} {'02 peak RSS MB':>15}")
+    out = Printed()
+    out(f"{'model':<24} {'nodes':>6} {'MACs (G)':>10} {'unknown ops':>11} {'02 wall s':>9} {'02 peak RSS MB':>15}")
     for name in models:
         meta, wall, rss = stage02(m / f"{name}.onnx")
-        print(f"{name:<24} {meta['nodes']:>6} {meta['total_macs'] / 1e9:>10.4f} {meta['unknown_cost_nodes']:>11} "
-              f"{wall:>9.2f} {rss:>15.0f}", flush=True)
+        out(f"{name:<24} {meta['nodes']:>6} {meta['total_macs'] / 1e9:>10.4f} {meta['unknown_cost_nodes']:>11} "
+            f"{wall:>9.2f} {rss:>15.0f}")
     if not a.skip_big:
         ensure_model("hf-gpt2", m / "gpt2_wide.onnx", "--hidden", "1536", "--layers", "12", "--heads", "12", "--external-data")
         data = (m / "gpt2_wide.onnx.data").stat().st_size
         meta, wall, rss = stage02(m / "gpt2_wide.onnx")
-        print(f"{'gpt2_wide (ext. data)':<24} {meta['nodes']:>6} {meta['total_macs'] / 1e9:>10.4f} "
+        out(f"{'gpt2_wide (ext. data)':<24} {meta['nodes']:>6} {meta['total_macs'] / 1e9:>10.4f} "
               f"{meta['unknown_cost_nodes']:>11} {wall:>9.2f} {rss:>15.0f}   external data {data / 1e9:.2f} GB")
+    out.record("transformer_costs", a.record)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ def add_system(p: Parser) -> None:
 
 # A stage builds millions of long-lived objects (nodes, rows) and drops them only at exit. CPython's default
 # thresholds (700, 10, 10) run ~10 full collections over them while they grow: 1.1 s of stage 02's 9 s on a
-# 200k-node graph, and a collection in a forked child writes to every object's header (copy-on-write pages).
+# 200k-node graph.
 # Young objects are still collected, every 100k allocations (short-lived cycles are reclaimed); full
 # collections practically never.
 GC_THRESHOLDS = (100_000, 50, 1000)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lib.artifacts import PRODUCER, read_json
 from lib.errors import StageError
+from lib.onnx.reader import read_light
 
 
 def identity(light, inputs: dict | None) -> dict:
@@ -35,7 +36,6 @@ def graph_hash(model, recorded: dict) -> str:
     if (recorded.get("path"), recorded.get("size"), recorded.get("mtime_ns")) == (str(p.resolve()), st.st_size,
                                                                                  st.st_mtime_ns):
         return recorded["graph_sha256"]
-    from lib.onnx.reader import read_light
     return read_light(p).graph_sha256
 
 

@@ -8,11 +8,10 @@ count an unknown time as 0 and report how many nodes that was (unknown_time_node
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
-from lib import lazy_import
+from lib.analysis.device_time import device_time
 from lib.host import per_dtype
-
-pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
 
 BYTE_COLUMNS = ["act_in_bytes", "act_out_bytes", "weight_bytes"]
 LATENCY_COLUMNS = ["latency_us", "p10_us", "p90_us", "runs", "attribution", "fused_into"]
@@ -32,9 +31,7 @@ def peak_per_node(df: pd.DataFrame, peak_table) -> np.ndarray:
 
 def roofline_time_us(flops, nbytes, peak, bw) -> np.ndarray:
     """max(FLOPs / peak, bytes / bandwidth) in microseconds; NaN where FLOPs or bytes are unknown."""
-    flops = np.asarray(flops, dtype=float)
-    nbytes = np.asarray(nbytes, dtype=float)
-    return np.maximum(flops / np.asarray(peak, dtype=float), nbytes / float(bw)) * 1e6
+    return device_time(flops, nbytes, peak, float(bw), scale=1e6)
 
 
 def known_or_zero(t) -> tuple[np.ndarray, int]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lib.analysis.device_time import device_terms, with_overhead
 from lib.artifacts import CONFIGS, REPO, load_yaml
 from lib.errors import StageError
 
@@ -56,9 +57,8 @@ def map_subgraphs(sg: pd.DataFrame, prof: dict, batch: int = 1) -> pd.DataFrame:
     flops = sg["flops"].fillna(0.0).to_numpy(float) * batch
     act = (sg["bytes_after"] - sg["weight_bytes"]).to_numpy(float) * batch
     nbytes = act + sg["weight_bytes"].to_numpy(float)
-    t_compute = flops / (peak * util)
-    t_mem = nbytes / bw
-    lat = np.maximum(t_compute, t_mem) + float(prof.get("kernel_overhead_us", 0.0)) * 1e-6   # the roofline, in s
+    t_compute, t_mem = device_terms(flops, nbytes, peak, bw, e=util)
+    lat = with_overhead(t_compute, t_mem, float(prof.get("kernel_overhead_us", 0.0)) * 1e-6)   # the roofline, in s
     e = prof["energy"]
     e_c, e_m = flops * float(e["e_flop_j"][prec]), nbytes * float(e["e_byte_j"])
     e_s = float(prof["static_power_w"]) * lat

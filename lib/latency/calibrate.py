@@ -17,12 +17,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import platform
 import re
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lib.artifacts import CONFIGS, atomic_path
+import pandas as pd
+
+from lib import cli
+from lib.artifacts import CONFIGS, REPO, atomic_path, read_csv, write_csv
+from lib.errors import StageError
+from lib.host import load_host
+from lib.latency import latency_model as lm
+from lib.latency import microbench as mb
+from lib.latency.sweep import run_stages
+from lib.onnx.export_models import export_encoder, export_torchvision
 
 
 def measure_matmul(n: int = 2048, repeats: int = 5) -> float:
@@ -70,7 +81,6 @@ TARGETS = {"cpu": "cpu_us", "q25": "q25_us", "median": "latency_us", "p10": "p10
 
 
 def _host_description() -> dict:
-    import platform
     cpu = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -85,9 +95,6 @@ def _host_description() -> dict:
 
 def _saved_bench(bench_csv: str, threads: int):
     """(table, dispatch, threads) of a micro-benchmark table written by --save-bench (--fit-only)."""
-    import pandas as pd
-
-    from lib.errors import StageError
     try:
         bench = pd.read_csv(bench_csv)
     except (OSError, ValueError) as e:
@@ -110,7 +117,6 @@ def _measured_bench(quick: bool, budget_s: float, threads: int, passes: int, sav
                     after_pass=None):
     """(table, dispatch) of the micro-benchmarks run now (`passes` times, each node's best; after_pass(k) runs
     after pass k) and ORT's dispatch cost; the table also written to `save_bench` when given."""
-    from lib.latency import microbench as mb
     cases = mb.cases(quick=quick)
     n_tr = sum(c.split == "train" for c in cases)
     print(f"micro-benchmarks through ONNX Runtime: {len(cases)} single-op cases ({n_tr} training, "
@@ -131,7 +137,6 @@ def _measured_bench(quick: bool, budget_s: float, threads: int, passes: int, sav
     print(f"  ORT dispatch outside kernels: {dispatch['per_kernel_us']:.2f} us per kernel + "
           f"{dispatch['fixed_us']:.1f} us per run")
     if save_bench:
-        from lib.artifacts import write_csv
         write_csv(bench, Path(save_bench))
         print(f"  raw micro-benchmark table: {save_bench}")
     return bench, dispatch
@@ -179,8 +184,6 @@ def calibrate_latency_model(host: dict, out: Path | None, *, quick: bool = False
                             bench_csv: str | None = None, passes: int = 1, in_model: bool = True) -> tuple[dict, dict]:
     """Micro-benchmarks (or a saved table of them) -> fitted latency model; writes `out` unless None.
     Returns (the YAML document, the fit report)."""
-    from lib.latency import latency_model as lm
-    from lib.errors import StageError
     peaks, bw = host["peak_flops_per_s"], float(host["mem_bw_bytes_per_s"])
     t0 = time.perf_counter()
     with InModelRuns(threads) if in_model else contextlib.nullcontext() as whole:
@@ -225,11 +228,6 @@ class InModelRuns:
         self.threads, self.latency = threads, {name: [] for name in CALIBRATION_MODELS}
 
     def __enter__(self):
-        import tempfile
-
-        from lib.artifacts import REPO
-        from lib.onnx.export_models import export_encoder, export_torchvision
-        from lib.latency.sweep import run_stages
         self._tmp = tempfile.TemporaryDirectory(prefix="calib_")
         self.paths = {}
         for name in CALIBRATION_MODELS:
@@ -244,8 +242,6 @@ class InModelRuns:
         self._tmp.cleanup()
 
     def round(self, k: int = 0) -> None:
-        from lib.artifacts import read_csv
-        from lib.latency.sweep import run_stages
         for name in CALIBRATION_MODELS:
             run_stages(self.paths[name], f"{self._tmp.name}/{name}", [], runs=10, threads=self.threads, costs=False)
             self.latency[name].append(read_csv(f"{self._tmp.name}/{name}", "ops_latency.csv", ("node", "latency_us")))
@@ -253,10 +249,6 @@ class InModelRuns:
               f"{', '.join(CALIBRATION_MODELS)}", flush=True)
 
     def factors(self, model, host: dict) -> dict[str, float]:
-        import pandas as pd
-
-        from lib.latency import latency_model as lm
-        from lib.artifacts import read_csv
         runs = []
         for name in CALIBRATION_MODELS:
             lat = self.latency[name][0].copy()
@@ -297,7 +289,6 @@ def print_report(report: dict) -> None:
 
 
 def main(argv=None):
-    from lib import cli
     p = cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default=str(CONFIGS / "host.yaml"), help="host file to update (default: %(default)s)")
     p.add_argument("--system", metavar="YAML",
@@ -328,8 +319,6 @@ def main(argv=None):
     p.add_argument("--fit-only", metavar="CSV", help="no measurement at all: refit from a table saved with --save-bench, "
                    "against the host file's peaks")
     a = p.parse_args(argv)
-    from lib.errors import StageError
-    from lib.host import load_host
     if not Path(a.host).exists():
         raise StageError(f"host file {a.host} not found (restore configs/host.yaml from git)")
     if a.system and not Path(a.system).exists():
@@ -368,5 +357,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from lib import cli as _cli
-    _cli.run(main)
+    cli.run(main)

@@ -43,13 +43,23 @@ of configs/system.yaml may name its own `latency_model:` file; default the host'
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pandas as pd
+import yaml
 
+from lib.analysis.device_time import device_terms, with_overhead
+from lib.analysis.roofline import known_or_zero, node_bytes
+from lib.artifacts import REPO, atomic_path, load_yaml
 from lib.errors import StageError
+from lib.latency.profiling import _session, latency_table
+from lib.onnx.loading import graph_of_path
+from lib.onnx.ops import names_with
 
 FORMAT = "nn-perf/latency-model/1"
 PARAMS = ("overhead_us", "e_max", "f_half", "gamma", "m")
@@ -59,11 +69,10 @@ PRIOR_SIGMA = {"overhead_us": 30.0, "e_max": 30.0, "f_half": 40.0, "gamma": 10.0
 # calibrated while other work held the cores), and the fit must still follow the data (calibrate warns)
 BOUNDS = {"overhead_us": (0.05, 5e4), "e_max": (1e-5, 1e3), "f_half": (1.0, 1e13), "gamma": (0.2, 4.0),
           "m": (1e-5, 1e4)}
-INT8_OPS = {"ConvInteger", "QLinearConv", "MatMulInteger", "QLinearMatMul", "QGemm", "DynamicQuantizeMatMul",
-            "MatMulIntegerToFloat", "QAttention", "DynamicQuantizeLSTM"}
+INT8_OPS = names_with("int8")       # op facts live in the registry (lib/onnx/ops.py)
 INT8_TYPES = {"int8", "uint8"}
-VIEW_OPS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout", "Shape", "Size"}
-PICK_OPS = {"Gather", "GatherElements", "GatherND", "Slice"}
+VIEW_OPS = names_with("view")
+PICK_OPS = names_with("pick")
 DEFAULT_FALLBACK = {"recurrent": "matmul", "control_flow": "default", "other": "default",
                     "conv_grouped": "conv", "gemm": "matmul", "reduce": "softmax", "shape": "data_movement"}
 REFINE_MIN_POINTS = 4
@@ -158,14 +167,13 @@ def _terms(p: dict, flops, nbytes, peak, bw: float) -> tuple[np.ndarray, np.ndar
     b = np.nan_to_num(np.asarray(nbytes, float))
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         eff = p["e_max"] / (1.0 + np.power(p["f_half"] / np.maximum(f, 1e-30), p["gamma"]))
-        tc = np.where(f > 0, f / (peak * eff) * 1e6, 0.0)
-    return tc, b / (bw * p["m"]) * 1e6
+        tc, tm = device_terms(f, b, peak, bw, eff, p["m"], scale=1e6)    # lib/analysis/device_time.py
+    return np.where(f > 0, tc, 0.0), tm
 
 
 def model_time(p: dict, flops: np.ndarray, nbytes: np.ndarray, peak: np.ndarray, bw: float) -> np.ndarray:
     """The formula of the module docstring (us), vectorised; NaN flops/bytes drop their term."""
-    tc, tm = _terms(p, flops, nbytes, peak, bw)
-    return p["overhead_us"] + np.maximum(tc, tm)
+    return with_overhead(*_terms(p, flops, nbytes, peak, bw), p["overhead_us"])
 
 
 def anchors_of(df: pd.DataFrame, fused_into) -> np.ndarray:
@@ -233,7 +241,7 @@ class LatencyModel:
         # batched shapes): the factors fitted on calibration models (never the model predicted)
         f = per_distinct(lambda c: self.in_model.get(c, 1.0), cls.to_numpy(object)).astype(float)
         tc, tm, ov = tc * f, tm * f, ov * f
-        t = ov + np.maximum(tc, tm)
+        t = with_overhead(tc, tm, ov)
         if include_dispatch:
             t = t + float(self.dispatch.get("per_kernel_us", 0.0))
         if fused is not None:
@@ -271,7 +279,6 @@ class LatencyModel:
         B / (W em)) with B = node_bytes (lib/analysis/roofline.py): efficiencies and overheads that do not depend on the
         device's peak P and bandwidth W, so the report's what-if panel can change those. Nodes that do not
         run (fused) get ovh 0 and efficiencies so large both terms vanish."""
-        from lib.analysis.roofline import node_bytes
         d = self.predict_detail(df, peak_flops_per_s, mem_bw_bytes_per_s, fused, fused_into)
         flops = np.nan_to_num(df["flops"].astype(float).to_numpy())
         nb = np.nan_to_num(node_bytes(df).to_numpy(float))
@@ -328,7 +335,6 @@ def _bad(path, what: str) -> StageError:
 
 def load_latency_model(path: str | Path) -> LatencyModel:
     """Read configs/latency_model.yaml (or a device's file of the same format); one-line StageError if bad."""
-    from lib.artifacts import load_yaml
     path = Path(path)
     if not path.exists():
         raise StageError(f"latency model {path} not found: run `make calibrate` (python -m lib.latency.calibrate) first")
@@ -389,7 +395,6 @@ def model_for_device(device: dict, host_model: str | Path, base: str | Path | No
     if own:
         p = Path(own)
         if not p.is_absolute():
-            from lib.artifacts import REPO
             p = Path(base or REPO) / p
         return load_latency_model(p)
     return load_latency_model(host_model)
@@ -400,8 +405,6 @@ def _num(v: float) -> float:
 
 
 def dump_yaml(model_doc: dict, path: str | Path, header: str = "") -> None:
-    import yaml
-    from lib.artifacts import atomic_path
     text = header + yaml.safe_dump(model_doc, sort_keys=False, default_flow_style=None, width=120)
     with atomic_path(Path(path)) as tmp:
         tmp.write_text(text)
@@ -661,14 +664,7 @@ def ort_node_roles(model_path: str | Path, overrides: list[str] | None = None, w
     them, from ORT's optimized graph alone (no profiling run): the session is created with stage 01's
     options, its optimized model saved, and stage 01's attribution code (lib.latency.profiling.latency_table) maps
     every optimized node onto the original ones."""
-    import os
-    import tempfile
-
-    import onnx
-
-    from lib.latency.microbench import _graph_of_path
-    from lib.latency.profiling import _session, latency_table
-    g = graph if graph is not None else _graph_of_path(model_path, overrides, workload, preset)
+    g = graph if graph is not None else graph_of_path(model_path, overrides, workload, preset)
     with tempfile.TemporaryDirectory(prefix="ortopt_") as tmp:
         opt_path = os.path.join(tmp, "optimized.onnx")
         sess = _session(str(model_path), "cpu", threads, opt_level, os.path.join(tmp, "prof"), opt_path)
@@ -703,7 +699,6 @@ def predict_profile(df: pd.DataFrame, host: dict, model_file: str | Path) -> tup
     """Stage 03's prediction: t_pred_us per node of an ops_profile table on this host (fused nodes, known from
     its attribution column, 0) and the session latency it adds up to; without a latency model file, the
     roofline (a lower bound), said so in the summary."""
-    from lib.analysis.roofline import known_or_zero
     att = df["attribution"].fillna("").astype(str)
     fused = att.isin(["fused", "not_run"]).to_numpy()
     if not Path(model_file).exists():

@@ -37,7 +37,10 @@ import onnx
 import pandas as pd
 from onnx import TensorProto, helper, numpy_helper
 
-from lib.latency.profiling import LAYOUT_KERNELS   # ORT's layout/copy kernels, dropped from the micro timings
+from lib.latency.profiling import LAYOUT_KERNELS, _session, kernel_times, latency_table
+from lib.onnx.inputs import resolve_input_shapes
+from lib.onnx.loading import graph_of, graph_of_path, prepare, spec_from
+from lib.onnx.metrics import node_metrics
 
 NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.uint8): TensorProto.UINT8,
               np.dtype(np.int8): TensorProto.INT8, np.dtype(np.int32): TensorProto.INT32,
@@ -51,7 +54,6 @@ NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.uint8): Tenso
 
 def _graph_of(model: onnx.ModelProto):
     """The pipeline's analysed Graph (shapes inferred as stage 02 infers them) of an in-memory model."""
-    from lib.onnx.loading import graph_of
     return graph_of(model)
 
 
@@ -60,33 +62,21 @@ def _node_costs(model: onnx.ModelProto) -> pd.DataFrame:
     act_in_bytes, act_out_bytes, weight_bytes, dtype, op_class, mac_dtype ... as in ops_metrics.csv.
 
     The one call into the pipeline's cost code: re-point it here when stage 02's entry point moves."""
-    from lib.onnx.metrics import node_metrics
     return node_metrics(_graph_of(model))
 
 
-def _spec(overrides: list[str] | None, workload, preset: str | None):
-    from lib.artifacts import load_yaml
-    from lib.onnx.inputs import InputSpec, parse_shape_overrides
-    wl = load_yaml(workload, "workload config") if workload else {}
-    return InputSpec(parse_shape_overrides(overrides or []), preset, wl, str(workload) if workload else None)
-
-
-def _graph_of_path(path, overrides: list[str] | None = None, workload=None, preset: str | None = None):
-    """The pipeline's Graph of a model file under an input spec (what stages 01 and 02 build)."""
-    from lib.onnx.loading import prepare
-    return prepare(path, _spec(overrides, workload, preset)).graph
+_spec = spec_from                  # (lib/onnx/loading.py: the input spec, the Graph of a model file)
+_graph_of_path = graph_of_path
 
 
 def _graph_and_feeds_of_path(path, overrides: list[str] | None = None, workload=None, preset: str | None = None):
     """(Graph, feeds) of a model file exactly as stage 01 builds them (same seeded random inputs)."""
-    from lib.onnx.loading import prepare
     an = prepare(path, _spec(overrides, workload, preset))
     return an.graph, an.feeds()
 
 
 def _input_shapes(model: onnx.ModelProto, workload=None, preset: str | None = None) -> dict[str, list[int]]:
     """Each fed input's shape as stage 02 resolves it from the workload file / preset (no overrides)."""
-    from lib.onnx.inputs import resolve_input_shapes
     return resolve_input_shapes(model, _spec([], workload, preset))
 
 
@@ -774,7 +764,6 @@ def profile_runs(model_path: str, feeds: dict, *, threads: int = 0, warmup: int 
     MatMul took 12-20 ms of wall time with 4.1 ms of CPU time on each of its two threads). The calling
     thread runs its share of every parallel loop and the serial parts, so its CPU time per run is what the
     run takes when the cores are free; share = cpu / wall (1.0 on a quiet machine)."""
-    from lib.latency.profiling import _session, kernel_times
     with tempfile.TemporaryDirectory(prefix="mbprof_") as tmp:
         opt_path = os.path.join(tmp, "optimized.onnx")
         sess = _session(model_path, "cpu", threads, "all", os.path.join(tmp, "prof"), opt_path)
@@ -793,7 +782,6 @@ def node_times(g, prof: dict, drop_layout: bool = True, scale_all: bool = False)
     run's CPU share: the contention-free estimate), share (median CPU share of the runs).
     scale_all: scale every node by its run's share (a whole model, where no one kernel dominates a run);
     else only the nodes holding >= 20% of the run's kernel time (a micro-benchmark case)."""
-    from lib.latency.profiling import latency_table
     if drop_layout:
         layout = {k for k, op in prof["kernel_ops"].items() if op in LAYOUT_KERNELS}
         prof = {**prof, "per_run": [{k: v for k, v in r.items() if k not in layout} for r in prof["per_run"]]}

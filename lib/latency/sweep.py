@@ -14,6 +14,7 @@ be swept (its graph bakes batch 1 into Reshape constants): re-export it with
 """
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -23,7 +24,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lib import cli
+from lib.analysis.device_time import device_time
+from lib.analysis.roofline import node_bytes
+from lib.artifacts import CONFIGS, REPO, atomic_path, read_csv, results_dir, versions, write_csv, write_json
 from lib.errors import StageError
+from lib.host import load_host
+from lib.latency.latency_model import load_latency_model, peak_per_row, traffic_bytes
+from lib.latency.microbench import _graph_and_feeds_of_path, _input_shapes, node_times, profile_runs
+from lib.onnx.graph import load_model, real_inputs
 
 SWEEP_COLUMNS = ["batch", "rounds", "measured_us", "measured_mean_us", "measured_p10_us", "kernel_us", "predicted_us",
                  "predicted_kernel_us", "err_pct", "err_mean_pct", "uncontended_us", "cpu_share", "err_uncontended_pct", "throughput_per_s", "throughput_pred_per_s", "flops", "bytes", "weight_bytes",
@@ -36,7 +45,6 @@ def run_stages(model: str | Path, rdir: str | Path, shape_args: list[str], runs:
                threads: int = 0, profile: bool = True, costs: bool = True) -> None:
     """Stage 02 (unless costs=False: already there) then stage 01 (the scripts themselves, as subprocesses)
     into `rdir`."""
-    from lib.artifacts import REPO
     py = sys.executable
     steps = [["02_shapes_flops_bytes.py"]] if costs else []
     if profile:
@@ -54,7 +62,6 @@ def measure_uncontended(model_path, overrides: list[str] | None = None, workload
     """The model run as stage 01 runs it (same session options, same feeds) with the calling thread's CPU time
     recorded per run (lib.latency.microbench.profile_runs): on a machine shared with other work, the CPU time is what
     a run takes with the cores to itself, the wall time what it took. Returns medians (us) and the share."""
-    from lib.latency.microbench import _graph_and_feeds_of_path, node_times, profile_runs
     g, feeds = _graph_and_feeds_of_path(model_path, overrides, workload, preset)
     prof = profile_runs(str(model_path), feeds, threads=threads, warmup=3, min_runs=runs, max_runs=runs, target_s=0.0)
     lat = node_times(g, prof, drop_layout=False, scale_all=True)
@@ -65,7 +72,6 @@ def measure_uncontended(model_path, overrides: list[str] | None = None, workload
 
 
 def load_tables(rdir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict | None]:
-    from lib.artifacts import read_csv
     rdir = Path(rdir)
     metrics = read_csv(rdir, "ops_metrics.csv", ("node", "op_type", "flops"))
     lat = read_csv(rdir, "ops_latency.csv", ("node", "latency_us", "attribution")) \
@@ -98,8 +104,6 @@ def compare(rdir: str | Path, model, peaks, bw: float, roles_ort: pd.DataFrame |
     metrics, lat, meta = load_tables(rdir)
     out: dict = {}
     flops = metrics["flops"].astype(float)
-    from lib.latency.latency_model import traffic_bytes
-    from lib.analysis.roofline import node_bytes
     tb, _ = traffic_bytes(metrics)
     allb = node_bytes(metrics)      # NaN where unknown; the total counts them 0 (lib/analysis/roofline.py policy)
     out["flops"] = float(np.nansum(flops))
@@ -129,9 +133,8 @@ def compare(rdir: str | Path, model, peaks, bw: float, roles_ort: pd.DataFrame |
     if meta is not None:
         out.update(measured(meta))
     # the plain roofline, for reference (nodes that run; unknown costs count 0)
-    from lib.latency.latency_model import peak_per_row
     pk = peak_per_row(metrics, peaks)
-    roof = np.maximum(np.nan_to_num(flops.to_numpy()) / pk, np.nan_to_num(allb.to_numpy()) / bw) * 1e6
+    roof = device_time(np.nan_to_num(flops.to_numpy()), np.nan_to_num(allb.to_numpy()), pk, bw, scale=1e6)
     if lat is not None:
         roof = np.where(fused_mask(metrics, lat)[0], 0.0, roof)
     out["roofline_us"] = float(roof.sum())
@@ -144,8 +147,6 @@ def batch_overrides(model_path: str | Path, batch: int, user: list[str], workloa
                     preset: str | None) -> list[str]:
     """--shape-override tokens for one batch: the user's with 'B' replaced, else dim 0 of every input = B.
     A fixed (non-symbolic) batch dim that differs from B is refused with one clear line."""
-    from lib.onnx.graph import load_model, real_inputs
-    from lib.latency.microbench import _input_shapes
     if user:
         toks = " ".join(user).replace(",", " ").split()
         return [" ".join(t.split("=", 1)[0] + "=" + t.split("=", 1)[1].replace("B", str(batch)) for t in toks)]
@@ -170,7 +171,6 @@ def batch_overrides(model_path: str | Path, batch: int, user: list[str], workloa
 
 def fixed_batch(model_path: str | Path) -> dict[str, int]:
     """Graph inputs whose dim 0 is a fixed number (empty when every batch dim is symbolic)."""
-    from lib.onnx.graph import load_model, real_inputs
     out = {}
     for inp in real_inputs(load_model(model_path)):
         dims = inp.type.tensor_type.shape.dim
@@ -184,8 +184,6 @@ def model_roofline(model, host: str | Path | None = None) -> tuple[dict, float]:
     else the host file's (default configs/host.yaml)."""
     roof = model.fitted_roofline()
     if roof is None:
-        from lib.artifacts import CONFIGS
-        from lib.host import load_host
         h = load_host(host or CONFIGS / "host.yaml")
         roof = (h["peak_flops_per_s"], float(h["mem_bw_bytes_per_s"]))
     return roof
@@ -198,8 +196,6 @@ def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_ov
     """rounds: measure every batch this many times, the batches in turn (1 2 4 8 16 1 2 4 ...), and keep the
     median of the rounds: a shared machine's speed drifts by tens of percent within minutes, and interleaving
     spreads a slow spell over all batches instead of landing it on one."""
-    from lib.artifacts import CONFIGS
-    from lib.latency.latency_model import load_latency_model
     fixed = fixed_batch(model_path)
     if fixed and not user_overrides:
         bad = [b for b in batches if any(b != v for v in fixed.values())]
@@ -284,17 +280,12 @@ def plot(df: pd.DataFrame, path: Path, title: str) -> None:
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    from lib.artifacts import atomic_path
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
 
 
 def main(argv=None):
-    import argparse
-
-    from lib import cli
-    from lib.artifacts import CONFIGS, results_dir, versions, write_csv, write_json
     p = cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", metavar="PATH", help="ONNX model file (required); results go to results/<model-stem>/")
     p.add_argument("--results", metavar="DIR", help="where sweep.csv and plots/sweep.png go (default: results/<model-stem>/)")
@@ -345,5 +336,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from lib import cli as _cli
-    _cli.run(main)
+    cli.run(main)

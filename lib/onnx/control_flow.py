@@ -7,55 +7,44 @@ length. A body op of unknown cost makes the whole node unknown.
 """
 from __future__ import annotations
 
-from lib.onnx.graph import Graph, subgraph_view
-from lib.onnx.graph import attr as _attr
+from lib.onnx.reader import attr as _attr
 
-
-def body_cost(body, g: Graph) -> tuple[float, float] | None:
-    from lib.onnx.ops import node_cost
-    sub = subgraph_view(body, g)
-    flops = macs = 0.0
-    for n in sub.nodes:
-        c = node_cost(n, sub)
-        if c is None:
-            return None
-        flops += c[0]
-        macs += c[1]
-    return flops, macs
+Cost = tuple[float, float]          # (flops, macs)
 
 
 def _scaled(c, k):
     return None if c is None or k is None else (c[0] * float(k), c[1] * float(k))
 
 
-def control_flow_cost(node, g: Graph):
-    bodies = {a.name: a.g for a in node.attribute if a.type == a.GRAPH}
+def control_flow_cost(node, g, bodies: dict[str, Cost | None]) -> Cost | None:
+    """The registry's cost of If / Loop / Scan: `bodies` holds each body's cost (attribute name -> total, None
+    when unknown), walked by lib/onnx/costs.py; this only decides which of them runs and how often."""
     if node.op_type == "If":
         taken = if_branch(node, g)
         if taken is not None:
-            return body_cost(bodies[taken], g) if taken in bodies else None
-        costs = [body_cost(b, g) for b in bodies.values()]
+            return bodies.get(taken)
+        costs = list(bodies.values())
         if not costs or any(c is None for c in costs):
             return None
         return max(costs, key=lambda c: c[0])
     if node.op_type == "Loop":
-        return _scaled(body_cost(bodies["body"], g), loop_trips(node, g))
+        return _scaled(bodies["body"], loop_trips(node, g))
     # Scan: the scan inputs' leading (or scan_input_axes) dimension
     n_state = len(node.input) - int(_attr(node, "num_scan_inputs", 0))
     x = g.tensors.get(node.input[n_state]) if len(node.input) > n_state else None
     axes = _attr(node, "scan_input_axes", [0]) or [0]
     if x is None or x.shape is None:
         return None
-    return _scaled(body_cost(bodies["body"], g), x.shape[axes[0]])
+    return _scaled(bodies["body"], x.shape[axes[0]])
 
 
-def if_branch(node, g: Graph) -> str | None:
+def if_branch(node, g) -> str | None:
     """then_branch / else_branch when the condition's value is known, else None."""
     cond = g.value_of(node.input[0]) if node.input else None
     return None if cond is None else ("then_branch" if bool(cond) else "else_branch")
 
 
-def cost_note(node, g: Graph) -> str:
+def cost_note(node, g) -> str:
     """What a control-flow node's figure means: exact for the workload's inputs, or an upper bound."""
     if node.op_type == "If":
         taken = if_branch(node, g)
@@ -66,7 +55,7 @@ def cost_note(node, g: Graph) -> str:
     return ""
 
 
-def loop_trips(node, g: Graph) -> int | None:
+def loop_trips(node, g) -> int | None:
     """The trip count: M (its value known from a constant or the workload's inputs; a negative M runs no
     iteration) when the body passes its condition through unchanged, 0 when the initial condition is false,
     else unknown."""
@@ -82,7 +71,7 @@ def loop_trips(node, g: Graph) -> int | None:
 MAX_PROFILED_TRIPS = 10**7      # a Loop with more iterations per inference would not finish profiling
 
 
-def runaway_loops(g: Graph) -> list[tuple[str, int]]:
+def runaway_loops(g) -> list[tuple[str, int]]:
     """(node, trip count) of the Loops whose known trip count is beyond what a profiling run can finish."""
     out = []
     for name, n in zip(g.names, g.nodes):

@@ -15,13 +15,15 @@ from itertools import chain, compress, repeat
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from lib.errors import StageError
-from lib.onnx.reader import SUB_BYTE, attribute_subgraphs, elem_size, read_light
+from lib.onnx.ops import names_with
+from lib.onnx.reader import SUB_BYTE, attr, attribute_subgraphs, elem_size, read_light  # noqa: F401 (attr: re-exported)
 
-RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
-CONTROL_FLOW = {"If", "Loop", "Scan"}
+RANDOM_OPS = names_with("random")
+CONTROL_FLOW = names_with("control_flow")
+SHAPE_READERS = names_with("reads_shape")      # Shape, Size
 MAX_VALUE_ELEMENTS = 4096      # constants kept as values (shape arithmetic, conditions, trip counts)
 
 
@@ -284,14 +286,6 @@ def _topological(ins: list[list[str]], outs: list[list[str]], available: set[str
     return order, False
 
 
-def attr(node: onnx.NodeProto, name: str, default=None):
-    """A node attribute's value (the one helper every module uses)."""
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
 def outer_reads(node: onnx.NodeProto) -> list[str]:
     """Tensors a control-flow node's subgraphs read from the enclosing scope (their implicit inputs)."""
     out: dict[str, None] = {}          # ordered, O(1) membership
@@ -383,7 +377,7 @@ def shape_tensors(g: Graph, consts: set[str]) -> set[str]:
     alone, e.g. Shape -> Gather -> Unsqueeze -> Concat feeding a Reshape. Zero FLOPs, marked as shape ops."""
     shp: set[str] = set()
     for op, ins, outs in zip(g.op_types, g.node_inputs, g.node_outputs):
-        if op in ("Shape", "Size") or (not shp.isdisjoint(ins) and all(t in shp or t in consts for t in ins)):
+        if op in SHAPE_READERS or (not shp.isdisjoint(ins) and all(t in shp or t in consts for t in ins)):
             shp.update(outs)
     return shp
 

@@ -4,20 +4,18 @@ the later stages (04, 05, 07, 08, 10) load that instead of inferring again, afte
 the model and input spec they were given."""
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
 
-from lib import finish_imports, parallel
-from lib.artifacts import atomic_path
+from lib.artifacts import atomic_path, load_yaml
 from lib.errors import StageError
 from lib.onnx.graph import CONTROL_FLOW, Graph, GraphArrays, NodeTable, build_graph, constant_tensors, graph_arrays
-from lib.onnx.inputs import InputSpec, fix_input_shapes, make_feeds, resolve_input_shapes
-from lib.onnx.reader import LightModel, check_external_data, read_light
+from lib.onnx.inputs import InputSpec, fix_input_shapes, make_feeds, parse_shape_overrides, resolve_input_shapes
+from lib.onnx.reader import LightModel, read_light
 from lib.provenance import Results, identity
-from lib.onnx.shapes import Inferred, inference_ahead, infer, load_full
+from lib.onnx.shapes import Inferred, infer, load_full
 from lib.onnx.validate import validate
 
 GRAPH_FILE = "graph.onnx"
@@ -34,8 +32,8 @@ class Analysis:
     consts: set[str] | None = None      # constant_tensors(graph): see constants()
 
     def constants(self) -> set[str]:
-        """The graph's constant tensors (lib/onnx/graph.py constant_tensors), computed once: by prepare(), from the
-        structure, while the inference child still runs (it is on 02's path otherwise: 0.2 s at 200k nodes)."""
+        """The graph's constant tensors (lib/onnx/graph.py constant_tensors), computed once (by prepare(), from
+        the structure, when the graph has no control flow)."""
         if self.consts is None:
             self.consts = constant_tensors(self.graph)
         return self.consts
@@ -57,30 +55,34 @@ def read_validated(path) -> LightModel:
 
 def prepare(path, spec: InputSpec) -> Analysis:
     """Load, validate, fix input shapes (overrides > preset > workload > the file's own), infer, index."""
-    light = read_light(path, check_data=False)     # external data checked below, once inference has started
-    def fix(m: onnx.ModelProto) -> dict[str, list[int]]:
-        shapes = resolve_input_shapes(m, spec)
-        fix_input_shapes(m, shapes)
-        return shapes
-
-    with inference_ahead(light.model, fix) as ahead:      # on the other core while this one validates
-        check_external_data(light)
-        nodes = NodeTable.of(light.model.graph)
-        validate(light.model, nodes)
-        shapes = fix(light.model)
-        skeleton = _skeleton(light.model, nodes)     # while the other core still infers
-        consts = constant_tensors(skeleton) if skeleton is not None else None
-        finish_imports()    # pandas (0.3 s), deferred so that the child forked sooner: done while it still infers
-        inf = infer(light.model, lambda: load_full(light.path), lambda: make_feeds(light.model, shapes, spec),
-                    table=nodes, ahead=ahead)
+    light = read_light(path)
+    nodes = NodeTable.of(light.model.graph)
+    validate(light.model, nodes)
+    shapes = resolve_input_shapes(light.model, spec)
+    fix_input_shapes(light.model, shapes)
+    skeleton = _skeleton(light.model, nodes)
+    consts = constant_tensors(skeleton) if skeleton is not None else None
+    inf = infer(light.model, lambda: load_full(light.path), lambda: make_feeds(light.model, shapes, spec), table=nodes)
     return Analysis(_indexed(inf, skeleton), shapes, light, spec, inf, consts)
+
+
+def spec_from(overrides: list[str] | None = None, workload=None, preset: str | None = None) -> InputSpec:
+    """The input spec the stages build from --shape-override, --workload and --preset (for callers without
+    argparse: the micro-benchmarks, the latency model, sweeps)."""
+    wl = load_yaml(workload, "workload config") if workload else {}
+    return InputSpec(parse_shape_overrides(overrides or []), preset, wl, str(workload) if workload else None)
+
+
+def graph_of_path(path, overrides: list[str] | None = None, workload=None, preset: str | None = None) -> Graph:
+    """The pipeline's Graph of a model file under an input spec (what stages 01 and 02 build)."""
+    return prepare(path, spec_from(overrides, workload, preset)).graph
 
 
 def _skeleton(model: onnx.ModelProto, nodes: NodeTable) -> Graph | None:
     """The graph's structure (order, producers, consumers, node views, small constants), which inference does
     not change (it adds value_info only), built from the light model; _indexed() attaches the inferred tensors
-    (its `model` stays the light one: the inferred model is saved as the bytes the inference gave, in saving_graph).
-    None with control flow: the costs need the bodies' inferred value_info."""
+    (its `model` stays the light one: save_graph writes the inferred model). None with control flow: the
+    costs need the bodies' inferred value_info."""
     if any(op in CONTROL_FLOW for op in nodes.ops):
         return None
     return build_graph(model, tensors={}, table=nodes)
@@ -110,20 +112,13 @@ def graph_of(model: onnx.ModelProto, spec: InputSpec | None = None) -> Graph:
     return _indexed(infer(light, lambda: light, lambda: make_feeds(light, shapes, spec)))
 
 
-@contextmanager
-def saving_graph(an: Analysis, rdir: Path, run_id: str, consts: set[str]):
+def save_graph(an: Analysis, rdir: Path, run_id: str, consts: set[str]) -> None:
     """The inferred graph (weights stripped, tagged with the run of stage 02 that made it) for 08 and 10, and
-    its structure as arrays for 04, 05 and 07: yields the parallel.Task that writes them, for the block to hand
-    to a forked child (node_metrics' rows); written here at the block's end when no child did. Put in place
-    when the block succeeds (nothing is, when it fails)."""
+    its structure as arrays for 04, 05 and 07: both put in place, or neither."""
     with atomic_path(Path(rdir) / GRAPH_FILE) as graph_tmp, atomic_path(Path(rdir) / ARRAYS_FILE) as arrays_tmp:
-        def save():
-            graph_tmp.write_bytes(an.inferred.tagged_bytes("nn-perf:run_id", run_id))
-            with open(arrays_tmp, "wb") as f:
-                graph_arrays(an.graph, consts, run_id).save(f)
-        task = parallel.Task(save)
-        yield task
-        task.finish()
+        graph_tmp.write_bytes(an.inferred.tagged_bytes("nn-perf:run_id", run_id))
+        with open(arrays_tmp, "wb") as f:
+            graph_arrays(an.graph, consts, run_id).save(f)
 
 
 def checked(rdir: Path, model_path, spec: InputSpec | None = None) -> tuple[Results, InputSpec]:

@@ -5,15 +5,15 @@ import ast
 import re
 
 import numpy as np
+import pandas as pd
 
-from lib import lazy_import, parallel
 from lib.onnx.control_flow import cost_note
 from lib.artifacts import TEXT_COLUMNS
 from lib.errors import StageError
+from lib.onnx.costs import node_cost
 from lib.onnx.graph import CONTROL_FLOW, Graph, constant_tensors, dtype_name, shape_tensors
-from lib.onnx.ops import SHAPE_OPS, lookup, op_key
-
-pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
+from lib.onnx.ops import SHAPE_OPS, lookup, names_with, op_key
+from lib.onnx.ops_ml import ML_DOMAIN, attribute_bytes, sequence_bytes
 
 METRIC_COLUMNS = ["node", "op_type", "topo_idx", "flops", "macs", "act_in_bytes", "act_out_bytes",
                   "weight_bytes", "dtype", "out_shapes", "cost_known", "bytes_known", "shape_op", "op_class",
@@ -68,19 +68,20 @@ def stored_bytes(g: Graph, consts: set[str]) -> tuple[dict[str, int], set[int]]:
     return stored, folded
 
 
-CHILD_SHARE_ALONG = 1 / 3     # rows for the child that saves the graph first (saving takes a third of their time)
-
-STORED_CHAIN = {"DequantizeLinear", "Identity", "Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
-                "QuantizeLinear"}
+STORED_CHAIN = names_with("stored_chain")
 
 
-def node_metrics(g: Graph, consts: set[str] | None = None, along: parallel.Task | None = None,
-                 meanwhile=None) -> pd.DataFrame:
-    """One row per node (METRIC_COLUMNS), built as tuples: at 200k nodes every per-node operation counts.
-    `along`: work (saving the graph) for the child that computes part of the rows to do first; `meanwhile`:
-    called with the frame of the first rows (all of them without a child), while the child computes the rest
-    (02 formats their CSV lines)."""
-    consts = constant_tensors(g) if consts is None else consts
+def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
+    """One row per node (METRIC_COLUMNS), built as tuples: at 200k nodes every per-node operation counts."""
+    df = _frame(_rows(g, constant_tensors(g) if consts is None else consts))
+    _refuse_unreal(df)
+    return df
+
+
+def _rows(g: Graph, consts: set[str]) -> list[list]:
+    """The rows' columns. The shapes' text and source are inlined for one-output nodes (most of them): a
+    function call costs ~5% of a row. Rows are made as tuples and turned into columns ROW_BLOCK at a time, while they are in the
+    cache (one zip over 200k rows reads each from memory again: 0.15 s more at 133k rows)."""
     shp = shape_tensors(g, consts)
     stored, folded = stored_bytes(g, consts)
     tensors, consumers = g.tensors, g.consumers
@@ -88,78 +89,69 @@ def node_metrics(g: Graph, consts: set[str] | None = None, along: parallel.Task 
     outputs = set(g.graph_outputs)      # an output no node reads is dead (never computed), not written bytes
     layers = _layers(g)
     ops: dict[tuple[str, str], tuple] = {}     # (op type, domain) -> registry entry, its key, its class
+    cols: list[list] = [[] for _ in METRIC_COLUMNS]
+    out, shape_texts = [], {}
+    for pos in range(len(g.nodes)):
+        n, ins, outs = g.view(pos), g.node_inputs[pos], g.node_outputs[pos]
+        kind = ops.get((n.op_type, n.domain))
+        if kind is None:
+            op = lookup(n)
+            kind = ops[n.op_type, n.domain] = (op, op_key(n) if op is None else op.key,
+                                               "other" if op is None else op.op_class)
+        op, key, cls = kind
+        cost = None if op is None else node_cost(n, g, op) if op.control_flow else op.cost(n, g)
+        act_in, act_out, w = (0, 0, 0) if pos in folded else \
+            _node_bytes(ins, outs, consts, sget, tget, consumers, outputs)
+        if n.domain == ML_DOMAIN and pos not in folded:   # classical-ML parameters are attributes (tree tables, coefficients)
+            w += attribute_bytes(n)
+            act_out = sequence_bytes(n, g) if act_out is None else act_out   # ZipMap: no tensor shape
+        main = tget(outs[0]) if outs else None
+        if main is None or n.op_type in ("QuantizeLinear", "Cast"):
+            main = (tget(n.input[0]) if n.input else None) or main
+        if len(outs) == 1:
+            o = outs[0]
+            info = tget(o)
+            shapes = shape_texts.get(info)
+            if shapes is None:
+                shapes = shape_texts[info] = _shape_text(info)
+            source = ("constant" if o in consts else    # _source() for one output, inlined
+                      "unknown" if info is None or info.shape is None else source_of(o, "onnx"))
+        else:
+            shapes, source = _shapes_text(tensors, outs, shape_texts), _source(g, consts, outs, outputs)
+        macs = np.nan if cost is None else cost[1]
+        out.append((
+            g.names[pos], key, pos, np.nan if cost is None else cost[0], macs,
+            np.nan if act_in is None else act_in, np.nan if act_out is None else act_out, w,
+            dtype_name(main.elem_type) if main is not None else "unknown", shapes,
+            cost is not None, act_in is not None and act_out is not None,
+            n.op_type in SHAPE_OPS or bool(outs) and shp.issuperset(outs),
+            cls(n, g) if callable(cls) else cls,
+            # integer MACs stay MACs: the element type they are done in (the weight operand's)
+            _mac_dtype(n, g, op) if cost is not None and macs > 0 else "",
+            source, cost_note(n, g) if n.op_type in CONTROL_FLOW else "", layers[pos]))
+        if len(out) == ROW_BLOCK:
+            _extend(cols, out)
+    _extend(cols, out)
+    return cols
 
-    def row_range(lo: int, hi: int) -> list[list]:
-        """The rows' columns. The loop is inlined for one-output nodes (most of them): a function call costs ~5%
-        of a row. Rows are made as tuples and turned into columns ROW_BLOCK at a time, while they are in the
-        cache (one zip over 200k rows reads each from memory again: 0.15 s more at 133k rows)."""
-        cols: list[list] = [[] for _ in METRIC_COLUMNS]
-        out, shape_texts = [], {}
-        for pos in range(lo, hi):
-            n, ins, outs = g.view(pos), g.node_inputs[pos], g.node_outputs[pos]
-            kind = ops.get((n.op_type, n.domain))
-            if kind is None:
-                op = lookup(n)
-                kind = ops[n.op_type, n.domain] = (op, op_key(n) if op is None else op.key,
-                                                   "other" if op is None else op.op_class)
-            op, key, cls = kind
-            cost = None if op is None else op.cost(n, g)
-            act_in = act_out = w = 0
-            if pos not in folded:
-                for t in ins:       # constants are weight bytes, the rest activations (None: a size unknown)
-                    if t in consts:
-                        w += sget(t, 0)
-                    elif act_in is not None:
-                        info = tget(t)
-                        act_in = None if info is None or info.nbytes is None else act_in + info.nbytes
-                for o in outs:
-                    if o in consumers or o in outputs:
-                        info = tget(o)
-                        if info is None or info.nbytes is None:
-                            act_out = None
-                            break
-                        act_out += info.nbytes
-            main = tget(outs[0]) if outs else None
-            if main is None or n.op_type in ("QuantizeLinear", "Cast"):
-                main = (tget(n.input[0]) if n.input else None) or main
-            if len(outs) == 1:
-                o = outs[0]
-                info = tget(o)
-                shapes = shape_texts.get(info)
-                if shapes is None:
-                    shapes = shape_texts[info] = _shape_text(info)
-                source = ("constant" if o in consts else    # _source() for one output, inlined
-                          "unknown" if info is None or info.shape is None else source_of(o, "onnx"))
-            else:
-                shapes, source = _shapes_text(tensors, outs, shape_texts), _source(g, consts, outs, outputs)
-            macs = np.nan if cost is None else cost[1]
-            out.append((
-                g.names[pos], key, pos, np.nan if cost is None else cost[0], macs,
-                np.nan if act_in is None else act_in, np.nan if act_out is None else act_out, w,
-                dtype_name(main.elem_type) if main is not None else "unknown", shapes,
-                cost is not None, act_in is not None and act_out is not None,
-                n.op_type in SHAPE_OPS or bool(outs) and shp.issuperset(outs),
-                cls(n, g) if callable(cls) else cls,
-                # integer MACs stay MACs: the element type they are done in (the weight operand's)
-                _mac_dtype(n, g, op) if cost is not None and macs > 0 else "",
-                source, cost_note(n, g) if n.op_type in CONTROL_FLOW else "", layers[pos]))
-            if len(out) == ROW_BLOCK:
-                _extend(cols, out)
-        _extend(cols, out)
-        return cols
 
-    def part(lo: int, hi: int) -> list[pd.DataFrame]:
-        frame = _frame(row_range(lo, hi))
-        if lo == 0 and meanwhile is not None:
-            meanwhile(frame)
-        return [frame]
-
-    # two cores on a large graph: rows are independent, and each part is made a frame where it is computed
-    parts = parallel.split(part, len(g.nodes), child_share=0.5 if along is None else CHILD_SHARE_ALONG, task=along)
-    parts = [p for p in parts if len(p)] or parts[:1]      # an empty half has no types to give its columns
-    df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)   # ints and NaN: float64, as one
-    _refuse_unreal(df)
-    return df
+def _node_bytes(ins, outs, consts, sget, tget, consumers, outputs) -> tuple:
+    """A node's activation bytes read and written (None: a size unknown) and its weight bytes: constants are
+    weight bytes, the rest activations; an output nothing reads is never written."""
+    act_in = act_out = w = 0
+    for t in ins:
+        if t in consts:
+            w += sget(t, 0)
+        elif act_in is not None:
+            info = tget(t)
+            act_in = None if info is None or info.nbytes is None else act_in + info.nbytes
+    for o in outs:
+        if o in consumers or o in outputs:
+            info = tget(o)
+            if info is None or info.nbytes is None:
+                return act_in, None, w
+            act_out += info.nbytes
+    return act_in, act_out, w
 
 
 ROW_BLOCK = 1024

@@ -12,45 +12,100 @@ Ops are keyed "OpType" for the default domain and "domain:OpType" for the others
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+from onnx import helper, numpy_helper
 
-from lib.onnx.graph import Graph
-from lib.onnx.graph import attr as _attr
+from lib.onnx.control_flow import control_flow_cost
+from lib.onnx.ops_ml import OPS as ML_OPS
+from lib.onnx.reader import attr as _attr
 
 Cost = tuple[float, float]          # (flops, macs)
+# g below: the indexed graph (lib.onnx.graph.Graph: .tensors name -> TensorInfo with .shape, .value_of(name))
 
 
 @dataclass(frozen=True)
 class Op:
     key: str
     op_class: str | Callable        # a class name, or f(node, g) -> class name (conv depthwise/grouped)
-    cost: Callable                  # f(node, g) -> (flops, macs), or None when a shape it needs is unknown
+    cost: Callable                  # f(node, g) -> (flops, macs), or None when a shape it needs is unknown;
+    #                                 control flow: f(node, g, bodies), bodies walked by lib/onnx/costs.py
     per_element: float | None = None    # FLOPs per output element, for ops costed that way (the FX side reads it)
     weight_input: int | None = None     # MAC ops: the operand whose element type the MACs are done in
+    evaluate: Callable | None = None    # f(node, input values, input shape) -> output values (shapes.py's
+    #                                     static value propagation; None: onnx's reference evaluator)
+    view: bool = False              # moves no data (its output is its input, reshaped): no traffic
+    pick: bool = False              # reads about what it writes (Gather, Slice): traffic 2 x output
+    int8: bool = False              # an integer kernel (the latency model's '<class>@int8' keys)
+    stored_chain: bool = False      # on constants, a no-op link of a quantized weight's chain: stored bytes
+    random: bool = False            # draws random numbers: never folded into a constant or propagated
+    control_flow: bool = False      # runs subgraph bodies (If, Loop, Scan)
+    reads_shape: bool = False       # reads its input's shape alone, never its values (Shape, Size)
 
 
+FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is generated from this)
+    "view": "moves no data: the latency model counts no traffic",
+    "pick": "reads about what it writes: the latency model counts 2 x its output",
+    "int8": "an integer kernel: the latency model's '<class>@int8' parameters",
+    "stored_chain": "on weights, a link of a quantized weight's no-op chain: its output counts as stored bytes",
+    "random": "draws random numbers: never folded into a constant or propagated as a value",
+    "control_flow": "runs subgraph bodies: the walk (lib/onnx/costs.py) costs them and hands over their totals",
+    "reads_shape": "reads its input's shape alone: a source of shape arithmetic",
+}
 REGISTRY: dict[str, Op] = {}
 
 
-def register(*keys: str, op_class, per_element: float | None = None, weight_input: int | None = None):
-    """Decorator: register a cost formula under one or more op keys."""
+def unknown_cost(node, g) -> None:
+    """The cost of an op registered for its flags alone (no formula yet): unknown."""
+    return None
+
+
+def register(*keys: str, op_class, per_element: float | None = None, weight_input: int | None = None, **flags):
+    """Decorator: register a cost formula under one or more op keys; flags: FLAGS as keywords. An entry
+    registered for its flags alone (cost unknown_cost) may be given its formula later: its flags stay."""
     def deco(cost):
         for k in keys:
-            if k in REGISTRY:
+            old = REGISTRY.get(k)
+            if old is not None and old.cost is not unknown_cost:
                 raise ValueError(f"op {k} is registered twice")
-            REGISTRY[k] = Op(k, op_class, cost, per_element, weight_input)
+            kept = {f: True for f in FLAGS if old is not None and getattr(old, f)}
+            REGISTRY[k] = Op(k, op_class, cost, per_element, weight_input, **{**kept, **flags})
         return cost
     return deco
 
 
+def flag(*keys: str, **flags) -> None:
+    """Set flags on registered ops (registering an op of unknown cost, class 'other', that is not there)."""
+    for k in keys:
+        op = REGISTRY.get(k) or Op(k, "other", unknown_cost)
+        REGISTRY[k] = dataclasses.replace(op, **flags)
+
+
+def evaluates(*keys: str):
+    """Decorator: the value evaluator of registered ops (static value propagation, lib/onnx/shapes.py)."""
+    def deco(fn):
+        for k in keys:
+            REGISTRY[k] = dataclasses.replace(REGISTRY[k], evaluate=fn)
+        return fn
+    return deco
+
+
 def alias(key: str, of: str) -> None:
-    """A contrib op that is a standard op under another name: same formula and class."""
+    """A contrib op that is a standard op under another name: same formula, class and flags (its inputs differ:
+    no value evaluator)."""
     if key in REGISTRY:
         raise ValueError(f"op {key} is registered twice")
-    REGISTRY[key] = Op(key, *(getattr(REGISTRY[of], f) for f in ("op_class", "cost", "per_element", "weight_input")))
+    REGISTRY[key] = dataclasses.replace(REGISTRY[of], key=key, evaluate=None)
+
+
+def names_with(flag_name: str) -> frozenset[str]:
+    """Op types (any domain) whose entry carries the flag: the sets that membership tests over op-type columns
+    and node tables use (e.g. `CONTROL_FLOW.isdisjoint(table.ops)`, in C at 200k nodes)."""
+    return frozenset(k.rpartition(":")[2] for k, op in REGISTRY.items() if getattr(op, flag_name))
 
 
 def op_key(node) -> str:
@@ -61,13 +116,7 @@ def lookup(node) -> Op | None:
     return REGISTRY.get(op_key(node))
 
 
-def node_cost(node, g: Graph) -> Cost | None:
-    """(flops, macs) of one node, or None when the op (or a shape it needs) is unknown."""
-    op = lookup(node)
-    return None if op is None else op.cost(node, g)
-
-
-def op_class(node, g: Graph) -> str:
+def op_class(node, g) -> str:
     op = lookup(node)
     if op is None:
         return "other"
@@ -81,7 +130,7 @@ def is_mac_op(node) -> bool:
 
 # ---------------------------------------------------------------- helpers
 
-def _shape(g: Graph, node, idx: int, outputs: bool = False):
+def _shape(g, node, idx: int, outputs: bool = False):
     names = node.output if outputs else node.input
     if idx >= len(names) or not names[idx]:
         return None
@@ -93,7 +142,7 @@ def _numel(shape) -> int:
     return math.prod(shape)
 
 
-def _out_numel(node, g: Graph) -> int | None:
+def _out_numel(node, g) -> int | None:
     s = _shape(g, node, 0, outputs=True)
     return None if s is None else _numel(s)
 
@@ -105,7 +154,7 @@ def _macs(m: int | None) -> Cost | None:
 # ---------------------------------------------------------------- MAC ops
 
 def _conv_class(w_idx: int):
-    def cls(node, g: Graph) -> str:
+    def cls(node, g) -> str:
         group = _attr(node, "group", 1)
         w = _shape(g, node, w_idx)
         if group > 1 and w is not None and len(w) > 1 and w[1] == 1:
@@ -114,7 +163,7 @@ def _conv_class(w_idx: int):
     return cls
 
 
-def conv_macs(node, g: Graph, w_idx: int = 1) -> int | None:
+def conv_macs(node, g, w_idx: int = 1) -> int | None:
     """N * Cout * prod(out spatial) * (Cin / group) * prod(kernel): any rank, grouped, depthwise, dilated."""
     w, y = _shape(g, node, w_idx), _shape(g, node, 0, outputs=True)
     if w is None or y is None:
@@ -131,13 +180,13 @@ register("QLinearConv", op_class=_conv_class(3), weight_input=3)(_conv_at(3))
 
 
 @register("ConvTranspose", op_class=_conv_class(1), weight_input=1)
-def conv_transpose(node, g: Graph):
+def conv_transpose(node, g):
     """Every input element is multiplied with Cout/group * prod(kernel) weights."""
     x, w = _shape(g, node, 0), _shape(g, node, 1)
     return None if x is None or w is None else _macs(_numel(x) * _numel(w[1:]))
 
 
-def matmul_macs(node, g: Graph, b_idx: int = 1) -> int | None:
+def matmul_macs(node, g, b_idx: int = 1) -> int | None:
     """numpy matmul semantics: 1-D operands promoted, batch dims broadcast; MACs = batch * M * N * K."""
     a, b = _shape(g, node, 0), _shape(g, node, b_idx)
     if a is None or b is None or not a or not b:
@@ -163,7 +212,7 @@ register("QLinearMatMul", op_class="matmul", weight_input=3)(_matmul_at(3))
 
 
 def _gemm_at(b_idx: int):
-    def cost(node, g: Graph):
+    def cost(node, g):
         a, b = _shape(g, node, 0), _shape(g, node, b_idx)
         if a is None or b is None or len(a) != 2 or len(b) != 2:
             return None
@@ -178,7 +227,7 @@ register("com.microsoft:QGemm", op_class="gemm", weight_input=3)(_gemm_at(3))
 
 
 @register("Einsum", op_class="matmul", weight_input=1)
-def einsum(node, g: Graph):
+def einsum(node, g):
     """Product of the sizes of every distinct index (output and contracted) = MACs of the contraction."""
     eq = _attr(node, "equation")
     shapes = [_shape(g, node, i) for i in range(len(node.input))]
@@ -201,7 +250,7 @@ RECURRENT = {"LSTM": (4, 3 * 4 + 2 * 5 + 4 + 8), "GRU": (3, 2 * 4 + 5 + 5 + 6), 
              "DynamicQuantizeLSTM": (4, 3 * 4 + 2 * 5 + 4 + 8)}
 
 
-def _recurrent(node, g: Graph):
+def _recurrent(node, g):
     """MACs per direction and step = gates x hidden x (input + hidden), times steps x batch x directions.
     (ORT's DynamicQuantizeLSTM stores W as [directions, input, 4 x hidden]: the same loops, int8 weights.)"""
     x, w = _shape(g, node, 0), _shape(g, node, 1)
@@ -222,7 +271,7 @@ register("LSTM", "GRU", "RNN", "com.microsoft:DynamicQuantizeLSTM", op_class="re
 # ---------------------------------------------------------------- per-element ops
 
 def _per_element(k: float, variadic: bool = False):
-    def cost(node, g: Graph):
+    def cost(node, g):
         n = _out_numel(node, g)
         if n is None:
             return None
@@ -261,19 +310,19 @@ for _key, _k in VARIADIC.items():
     register(_key, op_class="elementwise", per_element=_k)(_per_element(_k, variadic=True))
 
 @register("LRN", op_class="norm")
-def lrn(node, g: Graph):
+def lrn(node, g):
     n = _out_numel(node, g)
     return None if n is None else (float(n * (2 * _attr(node, "size", 1) + 3)), 0.0)
 
 
 @register("MaxPool", "AveragePool", "LpPool", op_class="pool")
-def window_pool(node, g: Graph):
+def window_pool(node, g):
     """Outputs x the window's taps."""
     n, ks = _out_numel(node, g), _attr(node, "kernel_shape")
     return None if n is None or not ks else (float(n * math.prod(ks)), 0.0)
 
 
-def _in_plus_out(node, g: Graph):
+def _in_plus_out(node, g):
     x, n = _shape(g, node, 0), _out_numel(node, g)
     return None if x is None or n is None else (float(_numel(x) + n), 0.0)
 
@@ -284,7 +333,7 @@ register("ReduceMean", op_class="reduce")(_in_plus_out)
 
 @register("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
           "ReduceLogSumExp", "ReduceLogSum", "ArgMax", "ArgMin", op_class="reduce")
-def reduce_(node, g: Graph):
+def reduce_(node, g):
     x = _shape(g, node, 0)
     return None if x is None else (float(_numel(x)), 0.0)
 
@@ -294,7 +343,7 @@ register("Resize", "Upsample", op_class="data_movement", per_element=4)(_per_ele
 
 # ---------------------------------------------------------------- zero-FLOP ops (bytes still count)
 
-def _free(node, g: Graph) -> Cost:
+def _free(node, g) -> Cost:
     return 0.0, 0.0
 
 
@@ -311,11 +360,105 @@ SHAPE_OPS = {k for k, op in REGISTRY.items() if op.op_class == "shape"}
 
 # ---------------------------------------------------------------- control flow
 
-@register("If", "Loop", "Scan", op_class="control_flow")
-def control_flow(node, g: Graph):
-    """Cost of the body that runs (lib/onnx/control_flow.py decides which branch, how many iterations)."""
-    from lib.onnx.control_flow import control_flow_cost
-    return control_flow_cost(node, g)
+# the cost of the body that runs: lib/onnx/costs.py walks the bodies, lib/onnx/control_flow.py decides which
+# branch runs and how many iterations
+register("If", "Loop", "Scan", op_class="control_flow", control_flow=True)(control_flow_cost)
+
+
+# ---------------------------------------------------------------- flags
+
+flag("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout", "Shape", "Size", view=True)
+flag("Shape", "Size", reads_shape=True)
+flag("Gather", "GatherElements", "GatherND", "Slice", pick=True)
+flag("DequantizeLinear", "QuantizeLinear", "Identity", "Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
+     "Flatten", stored_chain=True)
+flag("ConvInteger", "QLinearConv", "MatMulInteger", "QLinearMatMul", "com.microsoft:QGemm",
+     "com.microsoft:DynamicQuantizeMatMul", "com.microsoft:MatMulIntegerToFloat", "com.microsoft:QAttention",
+     "com.microsoft:DynamicQuantizeLSTM", int8=True)
+flag("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", random=True)
+
+
+# ---------------------------------------------------------------- value evaluators
+# Static value propagation (lib/onnx/shapes.py) of shape arithmetic with numpy, as onnx-tool does:
+# f(node, input values, the first input's shape) -> output values.
+
+def _slice(x, starts, ends, axes=None, steps=None):
+    axes = list(range(len(starts))) if axes is None else [int(a) for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    idx = [slice(None)] * x.ndim
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        idx[a] = slice(int(s), int(max(min(e, 2**62), -2**62)), int(st))
+    return x[tuple(idx)]
+
+
+def _unsqueeze(x, axes):
+    for a in sorted(int(a) % (x.ndim + len(axes)) for a in axes):
+        x = np.expand_dims(x, a)
+    return x
+
+
+def _squeeze(node, ins):
+    axes = ins[1] if len(ins) > 1 else _attr(node, "axes")
+    return np.squeeze(ins[0], axis=tuple(int(a) for a in axes)) if (len(ins) > 1 or axes) else np.squeeze(ins[0])
+
+
+def _reshape(x, shape, allowzero=0):
+    shape = [int(s) for s in shape]
+    if not allowzero:
+        shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
+    return x.reshape(shape)
+
+
+def _fill(node, shape):
+    value = _attr(node, "value")
+    return np.full([int(d) for d in shape], numpy_helper.to_array(value).reshape(-1)[0] if value is not None
+                   else np.float32(0))
+
+
+def _binary(fn, same_type: bool):
+    """Two operands; the result keeps the first one's type (arithmetic) or is bool (comparisons, logic)."""
+    return lambda node, ins, shape: [fn(ins[0], ins[1]).astype(np.result_type(ins[0]) if same_type else bool)]
+
+
+def _unary(fn):
+    return lambda node, ins, shape: [fn(ins[0])]
+
+
+@evaluates("Div")
+def _div(node, ins, shape):
+    r = ins[0] / ins[1] if np.issubdtype(ins[0].dtype, np.floating) else np.trunc(ins[0] / ins[1])
+    return [r.astype(ins[0].dtype)]
+
+
+for _key, _fn in {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Max": np.maximum, "Min": np.minimum,
+                  "Mod": np.mod, "Pow": np.power}.items():
+    evaluates(_key)(_binary(_fn, True))
+for _key, _fn in {"Equal": np.equal, "Less": np.less, "Greater": np.greater, "LessOrEqual": np.less_equal,
+                  "GreaterOrEqual": np.greater_equal, "And": np.logical_and, "Or": np.logical_or}.items():
+    evaluates(_key)(_binary(_fn, False))
+for _key, _fn in {"Identity": lambda x: x, "Neg": np.negative, "Not": np.logical_not, "Abs": np.abs,
+                  "Floor": np.floor, "Ceil": np.ceil, "Sqrt": np.sqrt}.items():
+    evaluates(_key)(_unary(_fn))
+for _key, _fn in {
+    "Shape": lambda n, ins, shape: [np.array(shape, dtype=np.int64)[_attr(n, "start", 0):_attr(n, "end", None)]],
+    "Size": lambda n, ins, shape: [np.array(math.prod(shape), dtype=np.int64)],
+    "Cast": lambda n, ins, shape: [ins[0].astype(helper.tensor_dtype_to_np_dtype(_attr(n, "to")))],
+    "Gather": lambda n, ins, shape: [np.take(ins[0], ins[1].astype(np.int64), axis=_attr(n, "axis", 0))],
+    "Unsqueeze": lambda n, ins, shape: [_unsqueeze(ins[0], ins[1] if len(ins) > 1 else _attr(n, "axes"))],
+    "Squeeze": lambda n, ins, shape: [_squeeze(n, ins)],
+    "Concat": lambda n, ins, shape: [np.concatenate([np.atleast_1d(i) for i in ins], axis=_attr(n, "axis", 0))],
+    "Slice": lambda n, ins, shape: [_slice(ins[0], *ins[1:]) if len(ins) > 1 else
+                                    _slice(ins[0], _attr(n, "starts"), _attr(n, "ends"), _attr(n, "axes"))],
+    "Reshape": lambda n, ins, shape: [_reshape(ins[0], ins[1], _attr(n, "allowzero", 0))],
+    "Range": lambda n, ins, shape: [np.arange(ins[0], ins[1], ins[2]).astype(ins[0].dtype)],
+    "ConstantOfShape": lambda n, ins, shape: [_fill(n, ins[0])],
+    "Expand": lambda n, ins, shape: [ins[0] * np.ones([int(d) for d in ins[1]], dtype=ins[0].dtype)],
+    "Where": lambda n, ins, shape: [np.where(ins[0], ins[1], ins[2])],
+    "ReduceProd": lambda n, ins, shape: [np.prod(ins[0], keepdims=bool(_attr(n, "keepdims", 1)))],
+    "Transpose": lambda n, ins, shape: [np.transpose(ins[0], _attr(n, "perm"))],
+    "Tile": lambda n, ins, shape: [np.tile(ins[0], [int(r) for r in ins[1]])],
+}.items():
+    evaluates(_key)(_fn)
 
 
 # com.microsoft contrib ops that are a standard op under another name (ORT fusions and quantization emit them)
@@ -326,9 +469,13 @@ for _key, _of in {"com.microsoft:Gelu": "Gelu", "com.microsoft:QLinearAdd": "Add
                   "com.microsoft:QLinearAveragePool": "AveragePool"}.items():
     alias(_key, _of)
 
+# classical ML (ai.onnx.ml) and random ops: their formulas live in lib/onnx/ops_ml.py
+for _key, (_cls, _cost) in ML_OPS.items():
+    register(_key, op_class=_cls)(_cost)
+
 
 def markdown_table() -> str:
-    """The README's table of per-element costs, generated from the registry (tests check the README has it)."""
+    """docs/cost-model.md's table of per-element costs, generated from the registry (a test checks the page)."""
     rows: dict[tuple[str, float], list[str]] = {}
     for key, op in REGISTRY.items():
         if op.per_element is not None and op.per_element > 0:
@@ -336,4 +483,14 @@ def markdown_table() -> str:
     lines = ["| op class | FLOPs per output element | ops |", "| --- | --- | --- |"]
     for (cls, k), ops in sorted(rows.items()):
         lines.append(f"| {cls} | {k:g} | {', '.join(sorted(set(ops)))} |")
+    return "\n".join(lines)
+
+
+def flags_table() -> str:
+    """docs/op-registry.md's table of the ops each flag is set on, and of the ops with a value evaluator."""
+    lines = ["| flag | meaning | ops |", "| --- | --- | --- |"]
+    for f, meaning in FLAGS.items():
+        lines.append(f"| {f} | {meaning} | {', '.join(sorted(k for k, op in REGISTRY.items() if getattr(op, f)))} |")
+    evaluated = sorted(k for k, op in REGISTRY.items() if op.evaluate is not None)
+    lines.append(f"| (evaluate) | a value evaluator for static value propagation | {', '.join(evaluated)} |")
     return "\n".join(lines)

@@ -108,7 +108,7 @@ def _rewrite(buf, start: int, end: int, rules: dict, min_len: int = 0) -> bytes 
     """The message with fields whose number has a rule rewritten (rule(vstart, vend) -> new bytes or None to
     keep); only fields longer than min_len are offered to a rule. None when nothing changed, so the caller
     copies the original bytes. _fields() inlined for one-byte keys and lengths: a 200k-node graph has 200k
-    node fields, and this loop is on the path to the fork of 02's inference child."""
+    node fields."""
     out, run, changed = [], start, False
     pos = start
     while pos < end:
@@ -311,3 +311,10 @@ def check_external_data(light: LightModel) -> None:
             raise StageError(f"{path}: tensor {t.name!r} of dims {list(t.dims)} needs {need} bytes, its external "
                              f"data holds {have}")
 
+
+def attr(node: onnx.NodeProto, name: str, default=None):
+    """A node attribute's value (the one helper every module uses)."""
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default

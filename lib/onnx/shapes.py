@@ -21,7 +21,6 @@ import re
 import subprocess
 import sys
 import tempfile
-from contextlib import contextmanager
 from itertools import chain, filterfalse
 from pathlib import Path
 
@@ -29,11 +28,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from lib import parallel
 from lib.errors import StageError
-from lib.onnx.graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS, NodeTable
-from lib.onnx.graph import attr as _a
-from lib.onnx.graph import outer_reads
+from lib.onnx.graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS, SHAPE_READERS, NodeTable
+from lib.onnx.graph import TensorInfo, _small_values, _tensor_infos, add_constant_infos, outer_reads
+from lib.onnx.ops import lookup
 from lib.onnx.reader import attribute_subgraphs, with_metadata
 
 EXECUTE_MAX_FILE_BYTES = 1_800_000_000    # a single protobuf holds < 2 GB: bigger models are not executed
@@ -69,31 +67,8 @@ def _nesting_depth(g: onnx.GraphProto) -> int:
 
 
 def _strict_infer(model: onnx.ModelProto) -> onnx.ModelProto:
-    return onnx.ModelProto.FromString(_strict_infer_bytes(model))
-
-
-def _strict_infer_bytes(model: onnx.ModelProto) -> bytes:
-    """onnx's strict inference with data propagation (check_type, strict_mode, data_prop), serialized as its
-    C++ returns it (what infer_shapes() parses): for a caller that sends it on, 0.1 s at 200k nodes not spent
-    serializing it again."""
-    return shape_inference.C.infer_shapes(model.SerializeToString(), True, True, True)
-
-
-@contextmanager
-def inference_ahead(model: onnx.ModelProto, prepare_fn):
-    """onnx's strict inference of `model` as prepare_fn(model) leaves it (inputs fixed), and the reading of its
-    shapes, started at once in a forked child (lib/parallel.py) while the caller validates the model and fixes
-    its inputs. Yields a function that waits for it: (the inferred model serialized, _parse() of it), or None
-    when the child failed or did not run (small graph, one core), so that infer() runs the inference itself,
-    with its fallbacks and messages. onnx's inference holds the GIL: a thread would not overlap."""
-    def child():
-        prepare_fn(model)       # the child's copy of the model
-        data = _strict_infer_bytes(model)
-        # TensorInfos of one type are pickled once; the Constant outputs are added by infer(), which has the nodes
-        return data, *_parse(onnx.ModelProto.FromString(data), constants=False)
-
-    with parallel.Future(child, inline=len(model.graph.node) < parallel.MIN_ITEMS, fallback=lambda: None) as ahead:
-        yield ahead.result
+    """onnx's strict inference with data propagation (check_type, strict_mode, data_prop)."""
+    return onnx.ModelProto.FromString(shape_inference.C.infer_shapes(model.SerializeToString(), True, True, True))
 
 
 def _checked_infer(model: onnx.ModelProto, full_fn) -> onnx.ModelProto:
@@ -139,32 +114,6 @@ def _ort_symbolic(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 # ---------------------------------------------------------------- static value propagation
 
-def _slice(x, starts, ends, axes=None, steps=None):
-    axes = list(range(len(starts))) if axes is None else [int(a) for a in axes]
-    steps = [1] * len(starts) if steps is None else steps
-    idx = [slice(None)] * x.ndim
-    for s, e, a, st in zip(starts, ends, axes, steps):
-        idx[a] = slice(int(s), int(max(min(e, 2**62), -2**62)), int(st))
-    return x[tuple(idx)]
-
-
-def _unsqueeze(x, axes):
-    for a in sorted(int(a) % (x.ndim + len(axes)) for a in axes):
-        x = np.expand_dims(x, a)
-    return x
-
-
-def _reshape(x, shape, allowzero=0):
-    shape = [int(s) for s in shape]
-    if not allowzero:
-        shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
-    return x.reshape(shape)
-
-
-BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Equal": np.equal, "Less": np.less,
-          "Greater": np.greater, "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal,
-          "And": np.logical_and, "Or": np.logical_or, "Max": np.maximum, "Min": np.minimum, "Mod": np.mod,
-          "Pow": np.power}
 PROPAGATE_MAX_ELEMENTS = 1 << 18     # values propagated through shape arithmetic (index tables of attention)
 
 
@@ -181,44 +130,13 @@ def _made_elements(op: str, ins: list) -> int:
     return 0
 
 
-def _eval(node, ins: list, shapes: dict):
-    """Outputs of one node from known input values (numpy; onnx's reference for the ops not listed here)."""
-    op = node.op_type
-    x = ins[0] if ins else None
-    if _made_elements(op, ins) > PROPAGATE_MAX_ELEMENTS:
+def _eval(node, ins: list, shape):
+    """Outputs of one node from known input values: its registry entry's evaluator (numpy), else onnx's
+    reference implementation. shape: the first input's (Shape, Size)."""
+    if _made_elements(node.op_type, ins) > PROPAGATE_MAX_ELEMENTS:
         raise ValueError("too large to propagate")
-    if op == "Shape":
-        s = np.array(shapes, dtype=np.int64)
-        return [s[_a(node, "start", 0):_a(node, "end", None)]]
-    if op == "Size":
-        return [np.array(math.prod(shapes), dtype=np.int64)]
-    if op in BINARY:
-        return [BINARY[op](ins[0], ins[1]).astype(np.result_type(ins[0]) if op in ("Add", "Sub", "Mul", "Max", "Min", "Mod") else bool)]
-    if op == "Div":
-        r = ins[0] / ins[1] if np.issubdtype(ins[0].dtype, np.floating) else np.trunc(ins[0] / ins[1])
-        return [r.astype(ins[0].dtype)]
-    handlers = {
-        "Identity": lambda: [x], "Neg": lambda: [-x], "Not": lambda: [np.logical_not(x)], "Abs": lambda: [np.abs(x)],
-        "Floor": lambda: [np.floor(x)], "Ceil": lambda: [np.ceil(x)], "Sqrt": lambda: [np.sqrt(x)],
-        "Cast": lambda: [x.astype(helper.tensor_dtype_to_np_dtype(_a(node, "to")))],
-        "Gather": lambda: [np.take(x, ins[1].astype(np.int64), axis=_a(node, "axis", 0))],
-        "Unsqueeze": lambda: [_unsqueeze(x, ins[1] if len(ins) > 1 else _a(node, "axes"))],
-        "Squeeze": lambda: [np.squeeze(x, axis=tuple(int(a) for a in (ins[1] if len(ins) > 1 else _a(node, "axes")))
-                                       ) if (len(ins) > 1 or _a(node, "axes")) else np.squeeze(x)],
-        "Concat": lambda: [np.concatenate([np.atleast_1d(i) for i in ins], axis=_a(node, "axis", 0))],
-        "Slice": lambda: [_slice(x, *ins[1:]) if len(ins) > 1 else _slice(x, _a(node, "starts"), _a(node, "ends"), _a(node, "axes"))],
-        "Reshape": lambda: [_reshape(x, ins[1], _a(node, "allowzero", 0))],
-        "Range": lambda: [np.arange(ins[0], ins[1], ins[2]).astype(ins[0].dtype)],
-        "ConstantOfShape": lambda: [np.full([int(d) for d in x], numpy_helper.to_array(_a(node, "value")).reshape(-1)[0]
-                                            if _a(node, "value") is not None else np.float32(0))],
-        "Expand": lambda: [x * np.ones([int(d) for d in ins[1]], dtype=x.dtype)],
-        "Where": lambda: [np.where(ins[0], ins[1], ins[2])],
-        "ReduceProd": lambda: [np.prod(x, keepdims=bool(_a(node, "keepdims", 1)))],
-        "Transpose": lambda: [np.transpose(x, _a(node, "perm"))],
-        "Tile": lambda: [np.tile(x, [int(r) for r in ins[1]])],
-    }
-    fn = handlers.get(op)
-    return fn() if fn else _reference(node, ins)
+    op = lookup(node)
+    return op.evaluate(node, ins, shape) if op is not None and op.evaluate is not None else _reference(node, ins)
 
 
 def _reference(node, ins: list):
@@ -238,7 +156,7 @@ def propagate_values(model: onnx.ModelProto, shapes: dict[str, list[int]], value
                 or all(o in values for o in node.output if o):
             continue
         ins = [t for t in node.input]
-        if node.op_type in ("Shape", "Size"):
+        if node.op_type in SHAPE_READERS:
             if ins[0] not in shapes:
                 continue
             args, shp = [], shapes[ins[0]]
@@ -378,9 +296,7 @@ def _shape_of(vi) -> list[int]:
 class Inferred:
     """The shape-inferred graph (weights stripped), its tensors' types and shapes, and what the chain learnt on
     the way: where each shape not from onnx's inference came from, small values, a note on the execution.
-    `model` may come serialized (from inference_ahead's child): it is parsed when first asked for, which
-    stage 02 never does (it saves the bytes as they are, tagged: tagged_bytes; parsing takes 0.2 s at 200k
-    nodes)."""
+    `model` may come serialized: it is parsed when first asked for (stage 02 saves it as it is: tagged_bytes)."""
     def __init__(self, model: onnx.ModelProto | bytes, tensors, source, values, executed_note=""):
         self._model, self.tensors, self.source, self.values = model, tensors, source, values
         self.executed_note = executed_note
@@ -402,7 +318,6 @@ def _parsed(model: onnx.ModelProto | bytes) -> onnx.ModelProto:
 
 def _parse(model: onnx.ModelProto, constants: bool = True) -> tuple[dict, set[str]]:
     """TensorInfo of every typed tensor of the main graph, and the names typed as something else (sequences)."""
-    from lib.onnx.graph import _tensor_infos
     other: set[str] = set()
     tensors = _tensor_infos(model.graph, other, constants)
     return tensors, other
@@ -424,23 +339,15 @@ def _wanted(model: onnx.ModelProto, table=None) -> list[str]:
     return list(filter(used.__contains__, chain.from_iterable(outs)))
 
 
-def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None, ahead=None) -> Inferred:
+def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None) -> Inferred:
     """Run the chain on a model whose inputs are fixed. For the execution step only: full_fn() gives the model
-    with its weights, feeds_fn() its inputs. table: the model's NodeTable, when the caller has it; ahead: what
-    inference_ahead() yields (waiting for onnx's strict inference of the model and its shapes: called once the
-    work that needs no shapes is done, so that it overlaps the child's inference)."""
-    from lib.onnx.graph import TensorInfo, _small_values, add_constant_infos
+    with its weights, feeds_fn() its inputs. table: the model's NodeTable, when the caller has it."""
     table = table if table is not None and len(table.ops) == len(model.graph.node) else None   # the model's own
     want = _wanted(model, table)
     values = _small_values(model.graph, table)
     control_flow = _needs_values(model, table)
-    got = ahead() if ahead is not None else None
-    if got is not None:
-        m1, tensors, other = got      # m1 serialized
-        add_constant_infos(tensors, model.graph, table)
-    else:
-        m1 = _checked_infer(model, full_fn)
-        tensors, other = _parse(m1)
+    m1 = _checked_infer(model, full_fn)
+    tensors, other = _parse(m1)
     if other:       # the nodes and outputs inference leaves as they are, without the sequence typed ones
         want = list(filterfalse(other.__contains__, want))
 

@@ -136,9 +136,9 @@ def _check_graph(g: onnx.GraphProto, outer: set[str], where: str, table: NodeTab
 def validate(model: onnx.ModelProto, table: NodeTable | None = None) -> None:
     """StageError on the first structural defect (see the module docstring); `table`: the graph's nodes,
     when the caller already read them."""
+    # no default-domain opset is valid (IR-3 classical-ML exports import only ai.onnx.ml, and ONNX Runtime
+    # runs them): the default domain's nodes then have no schema version to be checked against
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
-    if "" not in opsets:
-        raise StageError("the model declares no opset for the default ONNX domain")
     _check_graph(model.graph, set(), "", table, opsets)
 
 
@@ -208,7 +208,22 @@ def _check_attributes(rules: Rules, attrs, op_type: str, n_in: int, n_out: int, 
         if want is not None and a.type != want:
             raise StageError(f"{label()}: attribute {name!r} has type {onnx.AttributeProto.AttributeType.Name(a.type)}, "
                              f"the {op_type} schema says {onnx.AttributeProto.AttributeType.Name(want)}")
+    if "dtype" in given and op_type in DTYPE_OPS:
+        _check_dtype(rules.schema, given["dtype"].i, label)
     _check_bodies(op_type, given, n_in, n_out, label)
+
+
+DTYPE_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
+             "EyeLike"}     # ops whose attribute `dtype` is the element type of their output
+
+
+def _check_dtype(schema: onnx.defs.OpSchema, dtype: int, label) -> None:
+    """A `dtype` attribute naming an element type the op's output can have."""
+    allowed = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}.get(schema.outputs[0].type_str, [])
+    if allowed and dtype not in {TYPE_IDS.get(t) for t in allowed}:
+        name = TensorProto.DataType.Name(dtype).lower() if dtype in KNOWN_TYPES else "no element type"
+        kinds = ", ".join(t[7:-1] for t in allowed)
+        raise StageError(f"{label()}: attribute dtype = {dtype} ({name}) is not a type {schema.name} generates ({kinds})")
 
 
 def _check_bodies(op_type: str, given: dict, n_in: int, n_out: int, label) -> None:

@@ -12,13 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from lib import lazy_import
 from lib.onnx.graph import GraphArrays
 from lib.split.boundary_sweep import _diff
 from lib.split.dag import CutGraph, best_partition, evaluate, objectives
-
-pd = lazy_import("pandas")
 
 FLOAT_BYTES = {"float": 4, "double": 8, "float16": 2, "bfloat16": 2}
 SWEEP_BW = np.logspace(np.log10(1e6 / 8), np.log10(100e9 / 8), 26)    # 1 Mbit/s .. 100 Gbit/s, 5 per decade

@@ -13,11 +13,9 @@ import heapq
 from itertools import islice
 
 import numpy as np
+import pandas as pd
 
-from lib import lazy_import
 from lib.onnx.graph import Graph, GraphArrays, constant_tensors, graph_arrays
-
-pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
 
 MAX_NAMES = 16  # cut tensor names listed per boundary (the count is always exact)
 SWEEP_COLUMNS = {"boundary": "int64", "after_node": "str", "cut_tensors": "str", "n_cut_tensors": "int64",
@@ -78,7 +76,7 @@ def _names_and_blocks(n, a: GraphArrays, cross, prod, last, skips) -> tuple[list
 
 def sweep_columns(a: GraphArrays | Graph, skip_block_min_span: int = 4, skip_block_max_share: float = 0.25) -> dict:
     """Per-boundary cut tensors, Comm(b), live bytes, strictness and skip-block membership: the columns as numpy
-    arrays and lists, without pandas (stage 07 computes them in a child forked before it loads pandas, 0.3 s).
+    arrays and lists (sweep_frame makes them a table).
     Empty when there is nothing to cut (a result, not an error: sweep_frame gives an empty table)."""
     if isinstance(a, Graph):
         a = graph_arrays(a, constant_tensors(a))

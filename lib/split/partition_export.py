@@ -5,7 +5,7 @@ dag_partition.json, in splits/dag/) and a K-device pipeline as part1..partK (07'
 A two-part node set is validated exactly as a boundary split (lib/split/export.py's validate: the folder has
 the same run_split.py). The K parts of a pipeline run in turn, each fed from what the graph inputs and the
 earlier parts produced (a tensor that skips a device is forwarded by the runner, as the middle device would
-pass it on), and every graph output is compared with the full model's.
+pass it on), and every graph output is compared with the full model's by runner.py's exactness check.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from lib.onnx.graph import Graph
 from lib.provenance import same_inputs
 from lib.split.export import (ModelRunError, SplitExporter, _full_session, export_one, for_checker, link_external_data,
                               progress, pruned_note, split_line, validate, write_runner)
-from lib.split.runner import session
+from lib.split.runner import as_array, compare, rel_bound, session
 
 
 def set_interface(g: Graph, left: np.ndarray, consts: set[str]) -> dict:
@@ -68,7 +68,8 @@ def export_set(exporter: SplitExporter, left: np.ndarray, out_dir: Path, label: 
         raise StageError(f"{label}: nothing crosses the partition, or the right part computes no graph output")
     parts = {"part1": exporter.part(label, "part1", iface["left_graph_inputs"], p1_out),
              "part2": exporter.part(label, "part2", iface["cut_tensors"] + iface["right_graph_inputs"], p2_out)}
-    iface["external_data"] = _save(exporter, parts, out_dir)
+    iface.update(external_data=_save(exporter, parts, out_dir), reduction_size=exporter.reduction_size,
+                 random_nodes_seeded=exporter.seeded)
     return iface
 
 
@@ -139,23 +140,23 @@ def chain_parts(exporter: SplitExporter, bounds: list[int], label: str) -> list:
     return models
 
 
-def check_chain(out_dir: Path, k: int, feeds: dict, atol: float, rtol: float, hint: str = "") -> dict:
-    """The parts run in turn against full.onnx: per graph output max |diff| and pass (np.allclose)."""
+def check_chain(out_dir: Path, k: int, feeds: dict, reduction_size: int, hint: str = "") -> dict:
+    """The parts run in turn against full.onnx, graph optimizations off: runner.py's exactness check (each
+    output within the bound its dtype and the model's longest reduction allow, relative to its scale)."""
     import onnxruntime as ort
-    full = _full_session(out_dir, feeds, ort, hint)
-    ref = dict(zip([o.name for o in full.get_outputs()], full.run(None, feeds)))
-    env = dict(feeds)
+    _full_session(out_dir, feeds, ort, hint)
+    full = session("full.onnx", "cpu", ort, out_dir, optimize=False)
+    ref = dict(zip([o.name for o in full.get_outputs()], full.run(None, {i.name: feeds[i.name] for i in full.get_inputs()})))
+    env, stored = dict(feeds), []
     for i in range(1, k + 1):
-        sess = session(f"part{i}.onnx", "cpu", ort, out_dir)
-        env.update(zip([o.name for o in sess.get_outputs()], sess.run(None, {x.name: env[x.name] for x in sess.get_inputs()})))
-    outs = {}
-    for name, r in ref.items():
-        x = env[name]
-        diff = np.abs(x.astype(np.float64) - r.astype(np.float64))
-        outs[name] = {"max_abs_diff": float(diff.max()) if diff.size else 0.0,
-                      "pass": bool(x.shape == r.shape and np.allclose(x, r, atol=atol, rtol=rtol))}
-    return {"pass": all(o["pass"] for o in outs.values()), "atol": atol, "rtol": rtol,
-            "max_abs_diff": max((o["max_abs_diff"] for o in outs.values()), default=0.0), "outputs": outs}
+        sess = session(f"part{i}.onnx", "cpu", ort, out_dir, optimize=False)
+        got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {x.name: env[x.name] for x in sess.get_inputs()})))
+        stored += [v.dtype for v in got.values() if isinstance(v, np.ndarray)] if i < k else []
+        env.update(got)
+    outs = {name: compare(as_array(env[name]) if name in env else None, as_array(r),
+                          rel_bound(as_array(r).dtype, stored, reduction_size)) for name, r in ref.items()}
+    return {"pass": all(o["pass"] for o in outs.values()), "graph_optimizations": "off (ORT_DISABLE_ALL)",
+            "max_abs_diff": max((o.get("max_abs_diff") or 0.0 for o in outs.values()), default=0.0), "outputs": outs}
 
 
 def export_pipelines(exporter: SplitExporter, rdir: Path, pipelines: dict, feeds: dict, opts: dict) -> dict:
@@ -168,7 +169,7 @@ def export_pipelines(exporter: SplitExporter, rdir: Path, pipelines: dict, feeds
             models = chain_parts(exporter, p["boundaries"], f"pipeline {pid}")
             _save(exporter, {f"part{i + 1}": m for i, m in enumerate(models)}, out)
             rep = {"pipeline": pid, "boundaries": p["boundaries"], "parts": len(models),
-                   **check_chain(out, len(models), feeds, opts["atol"], opts["rtol"], opts.get("hint", ""))}
+                   **check_chain(out, len(models), feeds, exporter.reduction_size, opts.get("hint", ""))}
         except ModelRunError:
             raise
         except (StageError, RuntimeError) as e:

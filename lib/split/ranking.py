@@ -16,14 +16,14 @@ from collections import Counter
 from itertools import chain
 
 import numpy as np
+import pandas as pd
 
-from lib import lazy_import
 from lib.artifacts import atomic_path
 from lib.errors import StageError
 from lib.provenance import same_inputs
+from lib.analysis.device_time import device_time
 from lib.analysis.roofline import known_or_zero, node_bytes
-
-pd = lazy_import("pandas")      # loaded at first use: see lib/__init__.py
+from lib.latency.latency_model import model_for_device
 
 # pruning rules that depend on what the what-if panel changes (device and link figures); the others are static
 DYNAMIC_RULES = ("max_latency_us", "max_energy_j", "rate_hz")
@@ -59,7 +59,6 @@ _FACTORS: dict = {}
 
 def _model_factors(prof: pd.DataFrame, device: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n = len(prof)
-    from lib.latency.latency_model import model_for_device
     lm = model_for_device(device, device["latency_model"])
     att = prof["attribution"].fillna("").astype(str) if "attribution" in prof else pd.Series([""] * n)
     return lm.factors(prof, float(device["peak_flops_per_s"]), float(device["mem_bw_bytes_per_s"]),
@@ -73,7 +72,7 @@ def node_work(prof: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def modelled_times(flops, nbytes, peak: float, bw: float, ec, em, ovh) -> np.ndarray:
     """ovh + max(flops / (peak * ec), bytes / (bw * em)) in us; an unknown max counts 0 (known_or_zero)."""
-    roof = np.maximum(flops / (peak * ec), nbytes / (bw * em)) * 1e6
+    roof = device_time(flops, nbytes, peak, bw, ec, em, scale=1e6)
     return known_or_zero(roof)[0] + ovh
 
 
@@ -497,11 +496,27 @@ def split_summary(df: pd.DataFrame, base: dict, system: dict) -> dict:
     return out
 
 
+SMALL_MODEL_NODES = 5      # a classifier of a few ai.onnx.ml nodes (a tree ensemble, a ZipMap): nothing to split
+
+
+def small_model_note(nodes: int) -> str | None:
+    """The plain advice for a model too small to split (None for the others)."""
+    if nodes > SMALL_MODEL_NODES:
+        return None
+    return (f"nothing worth splitting: the model has {nodes} nodes (at most {SMALL_MODEL_NODES}), its work cannot "
+            f"be shared between two devices usefully; run it whole on one device")
+
+
 def verdict(s: dict) -> dict:
     """Does the best split beat both single-device baselines, on latency, energy and pipelined throughput?"""
     best = s.get("best")
     a, b = s["all_on_a_us"], s["all_on_b_us"]
     single = "A" if a <= b else "B"
+    small = small_model_note(s["boundaries"] + 1)
+    if small:
+        return {"split_beats_both_latency": False, "split_beats_both_energy": False,
+                "split_beats_both_throughput": False, "fastest_single": single, "worth_splitting": False,
+                "advice": f"{small} (device {single}: {min(a, b) / 1e3:.3g} ms)"}
     if best is None:
         return {"split_beats_both_latency": False, "split_beats_both_energy": False,
                 "split_beats_both_throughput": False, "fastest_single": single,

@@ -1,0 +1,116 @@
+"""The code's structure (issue 28 "Done when"), read from the source with ast: no import cycle among lib modules
+(an import anywhere in a file counts, inside functions too), no lib-to-lib import inside a function (only
+optional dependencies are imported where they are used), no function over 60 lines (lib and stage scripts), no
+stage script over 80 code lines."""
+import ast
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from conftest import REPO
+
+LIB = REPO / "lib"
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for p in sorted(LIB.rglob("*.py")):
+        parts = p.relative_to(REPO).with_suffix("").parts
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return mods
+
+
+MODULES = _modules()
+
+
+def _imported(node: ast.AST, here: str) -> list[str]:
+    """The lib modules an import statement loads (`from lib.onnx import ops` loads lib.onnx.ops)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name.split(".")[0] == "lib"]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    module = node.module or ""
+    if node.level:      # relative: resolved against the importing module's package
+        pkg = here.split(".") if MODULES[here].name == "__init__.py" else here.split(".")[:-1]
+        module = ".".join(pkg[:len(pkg) - node.level + 1] + ([module] if module else []))
+    if module.split(".")[0] != "lib":
+        return []
+    return [f"{module}.{a.name}" if f"{module}.{a.name}" in MODULES else module for a in node.names]
+
+
+def _trees() -> dict[str, ast.Module]:
+    return {name: ast.parse(p.read_text(), str(p)) for name, p in MODULES.items()}
+
+
+def test_no_import_cycle_among_lib_modules():
+    g = nx.DiGraph()
+    for name, tree in _trees().items():
+        g.add_node(name)
+        for node in ast.walk(tree):
+            for target in _imported(node, name):
+                # a package's __init__ runs first whatever is imported from it: not an edge of its own
+                if target != name and target in MODULES and MODULES[target].name != "__init__.py":
+                    g.add_edge(name, target)
+    cycles = list(nx.simple_cycles(g))
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c + c[:1]) for c in cycles[:5])
+    assert g.number_of_edges() > 50        # the walk found the imports
+
+
+def test_no_lib_import_inside_a_function():
+    inside = []
+    for name, tree in _trees().items():
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inside += [f"{name}.{fn.name} (line {node.lineno})" for node in ast.walk(fn) if _imported(node, name)]
+    assert not sorted(set(inside)), f"lib-to-lib imports inside functions: {sorted(set(inside))}"
+
+
+def test_the_registry_imports_nothing_that_walks_graphs():
+    """The op registry is facts and formulas: the walk that recurses into control-flow bodies (lib/onnx/costs.py)
+    calls it, never the reverse."""
+    tree = _trees()["lib.onnx.ops"]
+    loaded = {t for node in ast.walk(tree) for t in _imported(node, "lib.onnx.ops")}
+    assert not loaded & {"lib.onnx.costs", "lib.onnx.graph", "lib.onnx.metrics", "lib.onnx.shapes"}
+
+
+MAX_FUNCTION_LINES = 60
+MAX_STAGE_CODE_LINES = 80
+STAGES = sorted(REPO.glob("[01][0-9]_*.py"))
+# Offenders in files their owners are rewriting now (issue 28 notes): reported as an expected failure while
+# they remain; any other offender fails.
+BEING_REWRITTEN = {"lib.latency.calibrate.main", "03_merge_profile_metrics.py", "08_export_splits.py"}
+
+
+def _long_functions() -> list[str]:
+    out = []
+    files = {**{name: p for name, p in MODULES.items()}, **{p.name: p for p in STAGES}}
+    for name, p in files.items():
+        for fn in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = fn.end_lineno - fn.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    out.append((f"{name}.{fn.name}", lines))
+    return out
+
+
+def _code_lines(path: Path) -> int:
+    """Non-blank lines that are not comments (docstrings count)."""
+    return sum(1 for line in path.read_text().splitlines() if line.strip() and not line.strip().startswith("#"))
+
+
+def _check(offenders: list[tuple[str, int]], what: str) -> None:
+    new = [o for o in offenders if o[0] not in BEING_REWRITTEN]
+    assert not new, f"{what}: {new}"
+    if offenders:
+        pytest.xfail(f"{what}, in files being rewritten by their owners: {offenders}")
+
+
+def test_no_function_over_60_lines():
+    _check(_long_functions(), f"functions over {MAX_FUNCTION_LINES} lines")
+
+
+def test_no_stage_script_over_80_code_lines():
+    assert len(STAGES) == 11
+    _check([(p.name, n) for p in STAGES if (n := _code_lines(p)) > MAX_STAGE_CODE_LINES],
+           f"stage scripts over {MAX_STAGE_CODE_LINES} code lines")
