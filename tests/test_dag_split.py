@@ -210,7 +210,7 @@ def test_three_device_pipeline_is_found_and_exported(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     rep = json.loads((tmp_path / "validation_report.json").read_text())["pipelines"]
     for pid in ("latency", "throughput"):
-        assert rep[pid]["pass"] is True and rep[pid]["parts"] == 3
+        assert rep[pid]["pass"] is True and rep[pid]["parts"] == 3 and rep[pid]["pipeline"] == pid
         assert sorted(f.name for f in (tmp_path / "pipeline" / pid).glob("part*.onnx")) == \
             ["part1.onnx", "part2.onnx", "part3.onnx"]
 

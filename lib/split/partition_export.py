@@ -19,8 +19,8 @@ from lib.artifacts import read_json, write_json
 from lib.errors import StageError
 from lib.onnx.graph import Graph
 from lib.provenance import same_inputs
-from lib.split.export import (ModelRunError, SplitExporter, _full_session, export_one, for_checker, link_external_data,
-                              progress, pruned_note, split_line, validate, write_runner)
+from lib.split.export import (ModelRunError, SplitExporter, _full_session, _link_or_copy, export_one, for_checker,
+                              link_external_data, progress, pruned_note, split_line, validate, write_runner)
 from lib.split.runner import as_array, compare, rel_bound, session
 
 
@@ -165,6 +165,12 @@ def export_pipelines(exporter: SplitExporter, rdir: Path, pipelines: dict, feeds
     for pid, p in pipelines.items():
         out = rdir / "pipeline" / pid
         shutil.rmtree(out, ignore_errors=True)
+        twin = next((q for q, r in reports.items() if r["boundaries"] == p["boundaries"]), None)
+        if twin is not None:        # the same cuts: the twin's files, hardlinked (no second export, no disk)
+            shutil.copytree(rdir / "pipeline" / twin, out, copy_function=_link_or_copy)
+            reports[pid] = {**reports[twin], "pipeline": pid, "same_as": twin}
+            write_json(reports[pid], out / "validation_report.json")    # atomic: replaces the link, not the twin's
+            continue
         try:
             models = chain_parts(exporter, p["boundaries"], f"pipeline {pid}")
             _save(exporter, {f"part{i + 1}": m for i, m in enumerate(models)}, out)
