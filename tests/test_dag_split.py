@@ -263,3 +263,19 @@ def test_min_cut_on_a_2000_node_graph_matches_networkx():
     left = dag.min_cut(cg, ca, cb, cx)
     got = ca[left].sum() + cb[~left].sum() + cx[dag.crossing(cg, left)].sum()
     assert got == pytest.approx(nx_min_cut(cg, ca, cb, cx), rel=1e-6)
+
+
+def test_dag_max_nodes_skips_the_cut_and_a_bad_limit_exits_2(tmp_path):
+    model = tmp_path / "branches.onnx"
+    branches(model)
+    costs(model, tmp_path)
+    doc = yaml.safe_load(system(tmp_path / "s.yaml").read_text())
+    for limit, code in ((3, 0), ("many", 2)):
+        doc["dag"] = {"max_nodes": limit}
+        (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path, "--system", tmp_path / "s.yaml")
+        assert r.returncode == code, r.stderr
+    assert "dag.max_nodes must be an integer" in r.stderr and "Traceback" not in r.stderr
+    summ = json.loads((tmp_path / "split_summary.json").read_text())       # the first run's
+    assert summ["dag_optimum"] is None and "8 nodes > dag.max_nodes 3" in summ["dag_skipped"]
+    assert summ["bandwidth_crossover"].get("dag") is None and "dag" not in summ["bandwidth_crossover"]
