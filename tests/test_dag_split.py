@@ -236,3 +236,41 @@ def test_dag_max_nodes_skips_the_cut_and_bad_system_configs_exit_2(tmp_path):
     r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path, "--system", tmp_path / "s.yaml")
     assert r.returncode == 2 and "chain_links[0] must link B to C" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "boundaries.csv").exists()
+
+
+def test_bandwidth_crossover_sweep_and_cut_precision(branch_results):
+    from lib.split.bandwidth import precision_summary
+    import pandas as pd
+    d, _, stdout = branch_results
+    summ = json.loads((d / "split_summary.json").read_text())
+    single = min(summ["all_on_a_us"], summ["all_on_b_us"])
+    opt, w = summ["dag_optimum"], summ["bandwidth_crossover"]["dag"]
+    at = lambda bw: opt["t_dev_a_us"] + opt["t_dev_b_us"] + opt["n_cut_tensors"] * 1.0 + opt["comm_bytes"] / bw * 1e6  # noqa: E731
+    assert at(w * 1.001) < single < at(w * 0.999)             # the crossover, by hand
+    bd = pd.read_csv(d / "boundaries.csv")
+    assert (bd["comm_bytes_int8"] == bd["comm_bytes"] / 4).all() and (bd["comm_bytes_fp16"] == bd["comm_bytes"] / 2).all()
+    sw = pd.read_csv(d / "bandwidth_sweep.csv")
+    assert len(sw) == 26 and sw["bandwidth_mbit_s"].iloc[0] == pytest.approx(1) and sw["bandwidth_mbit_s"].iloc[-1] == pytest.approx(1e5)
+    assert (sw["dag_latency_us"] <= sw["boundary_latency_us"] * (1 + 1e-9)).all() and (d / "bandwidth_sweep.png").stat().st_size
+    assert sw["best"].iloc[0] == "all_on_b" and sw["best"].iloc[-1] == "dag"
+    b0 = bd.iloc[0]       # at a bandwidth between b0's int8 and fp32 crossovers, b0 pays only with int8
+    w0 = float(summ["bandwidth_crossover"]["0"])
+    sysd = {"link": {"bandwidth_bytes_per_s": w0 / 2, "latency_us": 1.0}}
+    p = precision_summary(bd, summ, sysd)
+    assert 0 in p["int8_only"] and p["boundaries_paying_int8"] > p["boundaries_paying_fp32"]
+    assert b0["comm_bytes_int8"] / (w0 / 2) < b0["comm_bytes"] / w0       # int8 at half the bandwidth: still cheaper
+    assert "only with int8" in stdout
+
+
+def test_min_cut_on_a_2000_node_graph_matches_networkx():
+    """Large enough for flows near the int32 capacity scale (an overflow once made scipy's cut wrong here)."""
+    import onnx
+    from bench.synthetic_graphs import build
+    g = build_graph(onnx.shape_inference.infer_shapes(build(2000)))
+    a = graph_arrays(g, constant_tensors(g))
+    cg = dag.cut_graph(a)
+    rng = np.random.default_rng(0)
+    ca, cb, cx = rng.uniform(0, 5, cg.n), rng.uniform(0, 5, cg.n), rng.uniform(1, 2, len(cg.x_prod))
+    left = dag.min_cut(cg, ca, cb, cx)
+    got = ca[left].sum() + cb[~left].sum() + cx[dag.crossing(cg, left)].sum()
+    assert got == pytest.approx(nx_min_cut(cg, ca, cb, cx), rel=1e-6)
