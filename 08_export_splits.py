@@ -20,7 +20,7 @@ from lib.onnx.inputs import InputSpec, value_hint
 from lib.onnx.loading import analysed
 from lib.provenance import stamp
 from lib.split.diagram import dot_program
-from lib.split.partition_export import beyond_reports, export_beyond, export_boundaries
+from lib.split.partition_export import beyond_reports, export_beyond, export_boundaries, read_node_set
 from lib.split.ranking import choose_boundaries, small_model_note
 
 
@@ -36,6 +36,8 @@ def add_flags(p) -> None:
     p.add_argument("--external-data", choices=["link", "copy"], default="link",
                    help="reach external weight data by hardlink (else copy; default) or always copy (a folder "
                         "onnx.load also accepts: it refuses hardlinked data)")
+    p.add_argument("--left-nodes", metavar="JSON", help="also export this node set on device A (a JSON list of node "
+                   "names, predecessor-closed) as splits/custom/, validated like the others")
     p.add_argument("--benchmark-set", metavar="DIR", help="also gather the splits, a benchmark_suite.py and the paper assets in DIR")
 
 
@@ -60,9 +62,10 @@ def main(argv=None):
             "hint": value_hint(an.light.model, an.spec), "inputs_npz": an.spec.inputs_npz}
     meta = {"identity": run["identity"], "run_id": run["run_id"], "input_shapes": an.shapes, "model": Path(a.model).name,
             "seed": an.spec.feed_seed()}
+    custom = read_node_set(a.left_nodes, an.graph) if a.left_nodes else None     # refused before any export
     exporter, feeds = SplitExporter(a.model, an.graph, a.external_data), an.feeds()
     reports = export_boundaries(exporter, bd, chosen, a.rdir, feeds, opts, meta)
-    beyond = export_beyond(exporter, a.rdir, feeds, opts, meta)     # splits/dag, pipeline/<id>
+    beyond = export_beyond(exporter, a.rdir, feeds, opts, meta, custom)     # splits/dag, splits/custom, pipeline/<id>
     kept = earlier_splits(a.rdir, run["identity"], previous, set(chosen))
     splits = sorted(reports + kept, key=lambda r: r["boundary"])
     s = summary(splits)

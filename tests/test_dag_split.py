@@ -164,10 +164,17 @@ def test_min_cut_matches_networkx_and_brute_force_on_random_dags():
 
 def test_dag_optimum_exports_and_composes(branch_results):
     d, model, _ = branch_results
-    r = run_stage("08_export_splits.py", "--model", model, "--results", d, "--top-k", "1", "--diagram", "none", "--runs", "1")
+    (d / "bad.json").write_text(json.dumps(["cheap1"]))           # its producer stem is left out
+    r = run_stage("08_export_splits.py", "--model", model, "--results", d, "--left-nodes", d / "bad.json")
+    assert r.returncode == 2 and "not closed under predecessors" in r.stderr and "Traceback" not in r.stderr
+    (d / "mine.json").write_text(json.dumps(["stem", "heavy1"]))
+    r = run_stage("08_export_splits.py", "--model", model, "--results", d, "--top-k", "1", "--diagram", "none", "--runs", "1",
+                  "--left-nodes", d / "mine.json")
     assert r.returncode == 0, r.stdout + r.stderr
-    rep = json.loads((d / "validation_report.json").read_text())["dag"]
+    doc = json.loads((d / "validation_report.json").read_text())
+    rep = doc["dag"]
     assert rep["pass"] is True and rep["n_left"] == 5 and set(rep["cut_tensors"]) == {"s", "c4"}
+    assert doc["custom"]["pass"] is True and set(doc["custom"]["cut_tensors"]) == {"s", "h1"}
     assert (d / "splits" / "dag" / "part1.onnx").exists() and (d / "splits" / "dag" / "run_split.py").exists()
     assert "splits/dag: PASS" in r.stdout
 

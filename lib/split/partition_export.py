@@ -9,6 +9,7 @@ pass it on), and every graph output is compared with the full model's by runner.
 """
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -93,21 +94,45 @@ def export_dag(exporter: SplitExporter, rdir: Path, feeds: dict, opts: dict, met
     part = doc["partitions"].get("latency")
     if part is None:
         return None
-    out = rdir / "splits" / "dag"
+    return export_node_set(exporter, part["left_nodes"], rdir / "splits" / "dag", "dag", feeds, opts, meta)
+
+
+def export_node_set(exporter: SplitExporter, names: list[str], out: Path, label: str, feeds: dict, opts: dict,
+                    meta: dict) -> dict:
+    """Any node set on device A (names; predecessor-closed) as part1/part2 in `out`, validated like a boundary
+    split; an export failure is the report's error."""
     shutil.rmtree(out, ignore_errors=True)
     try:
-        iface = export_set(exporter, left_mask(exporter.g, part["left_nodes"]), out, "dag")
-        write_runner(out, {**iface, **meta, "boundary": "dag"}, opts.get("inputs_npz"))
-        rep = {"split": "dag", **validate(out, feeds, opts["atol"], opts["rtol"], opts["runs"], iface["cut_tensors"],
+        left = left_mask(exporter.g, names)
+        iface = export_set(exporter, left, out, label)
+        write_runner(out, {**iface, **meta, "boundary": label}, opts.get("inputs_npz"))
+        rep = {"split": label, **validate(out, feeds, opts["atol"], opts["rtol"], opts["runs"], iface["cut_tensors"],
                                           exporter.g, exporter.model, opts.get("hint", ""))}
         rep.update(n_left=iface["n_left"], comm_bytes=iface["comm_bytes"])
     except ModelRunError:
         raise
     except StageError as e:
         out.mkdir(parents=True, exist_ok=True)
-        rep = {"split": "dag", "pass": False, "max_abs_diff": None, "error": str(e)}
+        rep = {"split": label, "pass": False, "max_abs_diff": None, "error": str(e)}
     write_json(rep, out / "validation_report.json")
     return rep
+
+
+def read_node_set(path: str, g: Graph) -> list[str]:
+    """--left-nodes: a JSON list of node names (or {"left_nodes": [...]}, as dag_partition.json's entries),
+    predecessor-closed; a bad file is refused (exit 2) before anything is exported."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise StageError(f"--left-nodes {path}: not a readable JSON file ({type(e).__name__})") from None
+    names = doc.get("left_nodes") if isinstance(doc, dict) else doc
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise StageError(f"--left-nodes {path}: expected a non-empty JSON list of node names")
+    left = left_mask(g, names)
+    open_ = [g.names[i] for i in np.flatnonzero(left) for p in g.preds(int(i)) if not left[p]]
+    if open_:
+        raise StageError(f"--left-nodes {path}: not closed under predecessors ({open_[0]} needs a node left out)")
+    return names
 
 
 def _same_run(doc: dict, meta: dict, name: str) -> None:
@@ -186,15 +211,20 @@ def export_pipelines(exporter: SplitExporter, rdir: Path, pipelines: dict, feeds
     return reports
 
 
-def export_beyond(exporter: SplitExporter, rdir: Path, feeds: dict, opts: dict, meta: dict) -> dict:
-    """08's exports past the boundaries: the DAG optimum and 07's pipelines (each line printed)."""
+def export_beyond(exporter: SplitExporter, rdir: Path, feeds: dict, opts: dict, meta: dict,
+                  left_nodes: list[str] | None = None) -> dict:
+    """08's exports past the boundaries: the DAG optimum, 07's pipelines and a user's node set (splits/custom/,
+    from --left-nodes), each line printed."""
     summ = read_json(rdir, "split_summary.json") if (rdir / "split_summary.json").exists() else {}
     out = {"dag": export_dag(exporter, rdir, feeds, opts, meta)}
+    if left_nodes:
+        out["custom"] = export_node_set(exporter, left_nodes, rdir / "splits" / "custom", "custom", feeds, opts, meta)
     if summ.get("pipeline"):
         _same_run(summ, meta, "split_summary.json")
         chosen = {k: summ["pipeline"][k] for k in PIPELINE_IDS if summ["pipeline"].get(k)}
         out["pipelines"] = export_pipelines(exporter, rdir, chosen, feeds, opts)
-    for name, r in [("splits/dag", out["dag"])] + [(f"pipeline/{k}", v) for k, v in (out.get("pipelines") or {}).items()]:
+    for name, r in [("splits/dag", out["dag"]), ("splits/custom", out.get("custom"))] + \
+            [(f"pipeline/{k}", v) for k, v in (out.get("pipelines") or {}).items()]:
         if r is not None:
             print(f"  {name}: " + (f"FAIL {r['error']}" if r.get("error") else
                                    f"{'PASS' if r['pass'] else 'FAIL'} max|diff| {r['max_abs_diff']:.2e}"))
@@ -205,7 +235,8 @@ def beyond_reports(beyond: dict) -> list[dict]:
     """The validated reports of export_beyond's result (08's exit code needs each to pass). A partition that
     could not be exported (its error is in the report and printed) does not fail the stage: the boundary
     splits are 08's contract, these are extras."""
-    return [r for r in [beyond.get("dag"), *(beyond.get("pipelines") or {}).values()] if r is not None and not r.get("error")]
+    return [r for r in [beyond.get("dag"), beyond.get("custom"), *(beyond.get("pipelines") or {}).values()]
+            if r is not None and not r.get("error")]
 
 
 def export_boundaries(exporter: SplitExporter, bd, chosen: list[int], rdir: Path, feeds: dict, opts: dict,
