@@ -491,7 +491,10 @@ def split_summary(df: pd.DataFrame, base: dict, system: dict) -> dict:
                        "score": score_text(system.get("ranking", {}).get("weights", {})),
                        "order": "Pareto layer of (est_latency_us, est_energy_j), then score" if
                        system.get("ranking", {}).get("by", "score") == "score" else None},
-           "best": best, "fastest": fastest}
+           "best": best, "fastest": fastest,
+           # every energy figure here is power x time (lib/analysis/energy.py METHODS): say whose power
+           "energy_method": {"method": "power x time", "power": "each device's power_w in the system config "
+                             "(assumed, not measured)", "link": "comm_bytes x the link's energy_per_byte_j"}}
     out["verdict"] = verdict(out)
     return out
 
