@@ -212,6 +212,7 @@ def test_three_device_pipeline_is_found_and_exported(tmp_path):
     lat, thr = p["latency"], p["throughput"]
     assert len(lat["boundaries"]) == 2 and lat["est_latency_us"] <= thr["est_latency_us"] + 1e-9
     assert thr["period_us"] <= lat["period_us"] + 1e-9
+    assert lat["latency_ratio_vs_best_single"] == pytest.approx(min(p["single_device_us"].values()) / lat["est_latency_us"])
     r = run_stage("08_export_splits.py", "--model", model, "--results", tmp_path, "--top-k", "1", "--diagram", "none",
                   "--runs", "1")
     assert r.returncode == 0, r.stdout + r.stderr

@@ -136,4 +136,9 @@ def best_pipelines(times: list[np.ndarray], n_cut: np.ndarray, comm: np.ndarray,
         out[pid] = {"boundaries": bounds, "comm_bytes": [float(comm[b]) for b in bounds],
                     "n_cut_tensors": [int(n_cut[b]) for b in bounds], **fig, "est_energy_j": energy}
     out["single_device_us"] = {nm: float(np.sum(t)) for nm, t in zip(names, times)}
+    best_single = min(out["single_device_us"].values())
+    for pid in ("latency", "throughput"):       # > 1: the pipeline beats the fastest single device of the chain
+        q = out[pid]
+        q["latency_ratio_vs_best_single"] = best_single / q["est_latency_us"] if q["est_latency_us"] > 0 else None
+        q["throughput_ratio_vs_best_single"] = best_single / q["period_us"] if q["period_us"] > 0 else None
     return out
