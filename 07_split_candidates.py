@@ -18,9 +18,9 @@ from lib.split.boundary_sweep import sweep_columns, sweep_frame
 from lib.onnx.inputs import InputSpec
 from lib.onnx.loading import analysed_arrays
 from lib.provenance import stamp
-from lib.split.ranking import (add_costs, baselines, device_factors, feasibility_reasons, pareto_table, print_summary,
-                               prune_and_rank, pruning_summary, ranking_overrides, split_model, split_summary, write_latex,
-                               PROFILE_COLUMNS)
+from lib.split.ranking import (add_costs, baselines, device_factors, feasibility_reasons, host_prediction, pareto_table,
+                               print_summary, prune_and_rank, pruning_summary, ranking_overrides, split_model, split_summary,
+                               write_latex, PROFILE_COLUMNS)
 from lib.split.partitions import beyond_boundaries, beyond_lines
 from lib.split.system import load_system
 
@@ -63,8 +63,9 @@ def main(argv=None):
     base = baselines(prof, latency, system)
     ident = metas["merge_meta.json"]["identity"]
     wp = stamp({"latency_source": base["device_a"]["time_source"], "workload": spec.workload}, ident, metas)
-    summ = {**split_summary(df, base, system), **beyond_boundaries(df, prof, latency, system, arrays, base, a.rdir,
-                                                                   stamp({}, ident, {"workload_profile.json": wp}))}
+    summ = {**split_summary(df, base, system, host_prediction(metas["merge_meta.json"])),
+            **beyond_boundaries(df, prof, latency, system, arrays, base, a.rdir,
+                                stamp({}, ident, {"workload_profile.json": wp}))}
     write_csv(df, a.rdir / "boundaries.csv")
     write_json(pruning_summary(df, rk, system, a.feasibility and {"file": a.feasibility, "arch": a.feasibility_arch}),
                a.rdir / "candidate_pruning.json", indent=None if len(df) > 10_000 else 2)     # one entry per boundary

@@ -153,9 +153,26 @@ def baselines(prof: pd.DataFrame, latency: np.ndarray | None, system: dict) -> d
         out[f"all_on_{k}_energy_j"] = float(dev["power_w"]) * t * 1e-6
         out[f"all_on_{k}_throughput_per_s"] = 1e6 / t if t > 0 else None
         out[f"device_{k}"] = {"name": dev.get("name", key), "power_w": float(dev["power_w"]),
-                              "time_source": "measured (01)" if measured_source(dev, latency) else
-                              (f"model ({dev['latency_model']})" if dev.get("latency_model") else "model (roofline)")}
+                              "time_source": time_source(dev, latency)}
     return out
+
+
+def time_source(dev: dict, latency) -> str:
+    """Where a device's per-node times come from: 01's measurement, the device's own latency model (its
+    `latency_model:` file, made by `make calibrate` on it), else the plain roofline, the fallback."""
+    if measured_source(dev, latency):
+        return "measured (01)"
+    return f"latency model ({dev['latency_model']})" if dev.get("latency_model") else "roofline (fallback: no latency_model)"
+
+
+def host_prediction(merge_meta: dict) -> dict:
+    """03's session prediction on this host (device A's figure when A is this host), with its interval."""
+    pred = merge_meta.get("prediction") or {}
+    if pred.get("predicted_latency_us") is None:
+        return {}
+    iv = pred.get("interval_us")
+    return {"predicted_latency_us": float(pred["predicted_latency_us"]), "predicted_by": pred.get("predicted_by"),
+            "prediction_interval_us": [float(v) for v in iv] if iv else None}
 
 
 class Reasons:
@@ -481,12 +498,13 @@ def _row(r: pd.Series) -> dict:
     return out
 
 
-def split_summary(df: pd.DataFrame, base: dict, system: dict) -> dict:
-    """Baselines, the recommended (rank 1) split, the fastest split, and whether splitting beats both devices."""
+def split_summary(df: pd.DataFrame, base: dict, system: dict, host_pred: dict | None = None) -> dict:
+    """Baselines, the recommended (rank 1) split, the fastest split, and whether splitting beats both devices;
+    host_pred: 03's prediction on this host with its interval (host_prediction)."""
     ranked = df[df["rank"].notna()].sort_values("rank")
     best = _row(ranked.iloc[0]) if len(ranked) else None
     fastest = _row(ranked.sort_values(["est_latency_us", "boundary"]).iloc[0]) if len(ranked) else None
-    out = {**base, "candidates": int(len(ranked)), "boundaries": int(len(df)),
+    out = {**base, "candidates": int(len(ranked)), "boundaries": int(len(df)), "host_prediction": host_pred or None,
            "ranking": {"by": system.get("ranking", {}).get("by", "score"),
                        "score": score_text(system.get("ranking", {}).get("weights", {})),
                        "order": "Pareto layer of (est_latency_us, est_energy_j), then score" if
@@ -581,6 +599,7 @@ def split_model(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None
         dev = system["devices"][key]
         ec, em, ovh = device_factors(prof, dev)
         devices[key] = {"name": dev.get("name", key), "source": "measured" if measured_source(dev, latency) else "model",
+                        "time_source": time_source(dev, latency),
                         **{k: float(dev[k]) for k in ("peak_flops_per_s", "mem_bw_bytes_per_s", "power_w")},
                         "ec": _compact(ec), "em": _compact(em), "ovh_us": _compact(ovh)}
     rk = system.get("ranking", {})
@@ -623,6 +642,11 @@ def print_summary(df: pd.DataFrame, top: pd.DataFrame, pareto: pd.DataFrame, rk:
         d = summ[f"device_{k}"]
         print(f"all on {k.upper()} ({d['name']}; {d['time_source']}): {summ[f'all_on_{k}_us'] / 1e3:.2f} ms, "
               f"{summ[f'all_on_{k}_energy_j'] * 1e3:.2f} mJ, {summ[f'all_on_{k}_throughput_per_s'] or 0:.1f}/s")
+    p = summ.get("host_prediction") or {}
+    if p:
+        iv = p["prediction_interval_us"]
+        print(f"this host's predicted session ({p['predicted_by']}, 03): {p['predicted_latency_us'] / 1e3:.2f} ms"
+              + (f", interval {iv[0] / 1e3:.2f}-{iv[1] / 1e3:.2f} ms" if iv else ", no interval"))
     v = summ["verdict"]
     print(f"splitting {'beats' if v['split_beats_both_latency'] else 'does NOT beat'} both single-device baselines on "
           f"latency ({'beats' if v['split_beats_both_energy'] else 'not'} on energy, "
