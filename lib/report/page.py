@@ -16,12 +16,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from markupsafe import Markup
 
 from lib.artifacts import PRODUCER, read_csv, read_json
 from lib.errors import StageError
 from lib.provenance import Results
 from lib.units import fmt_binary_bytes
 from lib.analysis.roofline import node_bytes
+from lib.zoo.table import zoo_html
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "report.html.j2"
@@ -482,7 +484,6 @@ def _env():
 def build(rdir: Path, light=None, top_nodes: int = 15) -> tuple[str, dict]:
     """The report page of one results folder, and what report_meta.json records about it."""
     import plotly
-    from markupsafe import Markup
 
     art = Artifacts(rdir, light)
     s = {"summary": summary_section(art), "time": time_section(art, top_nodes), "roofline": roofline_section(art),
@@ -537,8 +538,9 @@ def build_index(root: Path) -> tuple[str, int]:
     t = table(["model", "input", "latency (session, median)", "MACs", "FLOPs", "AI (FLOP/B)", "parallelism",
                "energy (component)", "energy (assumed power)", "all on A", "all on B", "best split"],
               rows, {2, 3, 4, 5, 6, 7, 8, 9, 10})
+    zoo = zoo_html(root)     # the zoo's table (results/zoo.csv), when `make zoo` wrote one here
     html = _env().get_template(TEMPLATE).render(page="index", title="nn-perf: analysed models", index=t, links=links,
-                                                advice=advice, pending=pending)
+                                                advice=advice, pending=pending, zoo=Markup(zoo) if zoo else None)
     return html, len(rows)
 
 
