@@ -19,6 +19,7 @@ from lib.zoo import remote
 
 # a task whose worker died this many times is failed (Dask's own default is 3)
 ALLOWED_FAILURES = 3
+CONNECT_TIMEOUT = "5s"
 
 
 def _record(rc: int, error: str, seconds: float, host: str) -> dict:
@@ -45,7 +46,7 @@ def connect(scheduler: str):
     """A Dask client of the scheduler, or StageError with one line saying why not."""
     dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES})
     try:
-        client = Client(scheduler, timeout="10s")
+        client = Client(scheduler, timeout=CONNECT_TIMEOUT)
     except (OSError, TimeoutError, ValueError) as e:
         raise StageError(f"cannot reach the Dask scheduler at {scheduler} ({type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else 'no answer'}); start one with "
@@ -58,6 +59,11 @@ def connect(scheduler: str):
         raise StageError(f"the Dask scheduler at {scheduler} has no worker (start one with `.venv/bin/dask worker "
                          f"{scheduler} --resources host_cpu=1` from the project root)") from None
     return client
+
+
+# Dask pickles a plain function by reference (the scheduler and workers would import lib.zoo.remote, which
+# is not on their sys.path); a lambda goes through cloudpickle, which ships remote's functions by value
+_task = lambda entry, work_root, runs, splits: remote.run_on_worker(entry, work_root, runs, splits)  # noqa: E731
 
 
 def _offered(client) -> set[str]:
@@ -76,7 +82,7 @@ def run_dask(jobs: list[dict], root: Path, client, work_root: str, runs: int, sp
             on_done(e["stem"], _record(1, f"no Dask worker offers resource {', '.join(lacking)} (start one with "
                                           f"--resources {lacking[0]}=1)", 0.0, ""))
             continue
-        f = client.submit(remote.run_on_worker, e, work_root, runs, splits, resources=e["resources"], pure=False,
+        f = client.submit(_task, e, work_root, runs, splits, resources=e["resources"], pure=False,
                           key=f"zoo-{e['stem']}-{j['key'][:12]}")
         futures[f] = e["stem"]
         on_start(e["stem"])

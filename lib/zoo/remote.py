@@ -115,6 +115,9 @@ def replace_folder(data: bytes, dest: Path) -> None:
     folder is the old one or the new one, never half of either."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".zoo-tmp-{dest.name}-", dir=dest.parent))
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o777 & ~mask)        # mkdtemp's 0700 would outlive the rename
     try:
         unzip_into(data, tmp)
         old = None

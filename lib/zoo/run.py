@@ -118,7 +118,8 @@ def run_zoo(zoo: str, root: Path, engine: str = "local", scheduler: str | None =
     finally:
         if client is not None:
             client.close()
-    t.progress.done(f"{len(jobs)} run, {len(entries) - len(jobs)} without a run")
+    unchanged = sum(bool(r.get("cached")) for r in records.values())
+    t.progress.done(f"{len(jobs)} run, {unchanged} unchanged, {len(entries) - len(jobs) - unchanged} refused before running")
     rows = rows_of(entries, root, records)
     write_table(rows, root)
     page, _ = build_index(root)

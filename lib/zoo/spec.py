@@ -98,9 +98,9 @@ def assign_stems(entries: list[Entry]) -> None:
     for e in entries:
         slug = _slug(e)
         e.stem = Path(e.model).stem + (f"@{slug}" if slug and len(slug) <= 40 else "")
+    clash = {e.stem for e in entries if sum(x.stem == e.stem for x in entries) > 1}
     for e in entries:
-        same = [x for x in entries if x.stem == e.stem]
-        if len(same) > 1 or len(_slug(e)) > 40:
+        if e.stem in clash or len(_slug(e)) > 40:
             h = hashlib.sha256(f"{e.model}|{e.spec_text()}".encode()).hexdigest()[:8]
             e.stem = f"{e.stem}-{h}"
     seen = set()

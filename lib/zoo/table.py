@@ -8,8 +8,9 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import polars as pl
 
-from lib.artifacts import write_csv
+from lib.artifacts import atomic_path
 
 COLUMNS = ["stem", "model", "input_spec", "status", "error", "session_latency_us", "predicted_latency_us", "macs",
            "weight_bytes", "peak_activation_bytes", "kernel_time_coverage", "best_split", "best_split_us",
@@ -59,11 +60,16 @@ def figures(rdir: Path) -> dict:
             "run_ids": " ".join(f"{s}={_json(rdir, n).get('run_id')}" for s, n in RUN_IDS if _json(rdir, n).get("run_id"))}
 
 
+TEXT = {"stem", "model", "input_spec", "status", "error", "best_split", "key", "host", "run_ids"}
+
+
 def write_table(rows: list[dict], root: Path) -> Path:
-    """results/zoo.csv, one row per entry in the zoo file's order."""
-    df = pd.DataFrame([{c: r.get(c) for c in COLUMNS} for r in rows], columns=COLUMNS)
+    """results/zoo.csv, one row per entry in the zoo file's order (a typed schema: a column may be empty)."""
+    schema = {c: pl.String if c in TEXT else pl.Boolean if c == "cached" else pl.Float64 for c in COLUMNS}
+    df = pl.DataFrame([{c: r.get(c) for c in COLUMNS} for r in rows], schema=schema, orient="row")
     out = root / "zoo.csv"
-    write_csv(df, out)
+    with atomic_path(out) as tmp:
+        df.write_csv(tmp)
     return out
 
 
