@@ -12,6 +12,7 @@ from lib.onnx.control_flow import runaway_loops
 from lib.errors import StageError
 from lib.onnx.inputs import InputSpec, value_hint
 from lib.onnx.loading import prepare
+from lib.onnx.random_ops import random_nodes
 from lib.latency.profiling import OPT_LEVELS, PROVIDERS, latency_table, percentiles, profile_model
 from lib.provenance import stamp
 
@@ -24,6 +25,13 @@ def report(meta: dict, att: dict, runs: int) -> None:
           f"{100 * att['kernel_time_coverage']:.2f}% attributed to original nodes "
           f"({att['nodes_with_kernel']} nodes with a kernel, {att['nodes_fused']} fused into one, "
           f"{att['nodes_not_run']} folded/removed)")
+    if meta["random_nodes"]:
+        print(f"note: the model draws random numbers ({len(meta['random_nodes'])} random nodes: "
+              f"{', '.join(meta['random_nodes'][:3])}): its outputs, and its latency with them, vary from run to run")
+    inp = meta["identity"]["inputs"]
+    if inp.get("inputs_npz"):
+        drawn = f"; {', '.join(inp['drawn'])} drawn at random (seed {meta['seed']})" if inp["drawn"] else ""
+        print(f"inputs: {', '.join(inp['from_file'])} from {inp['inputs_npz']['path']}{drawn}")
     if att["unattributed_kernels_us"]:
         top = list(att["unattributed_kernels_us"].items())[:5]
         print("unattributed kernels: " + ", ".join(f"{k} ({v:.0f} us)" for k, v in top))
@@ -56,6 +64,7 @@ def main(argv=None):
     df, att = latency_table(an.graph, prof)
     meta = stamp({"provider": a.provider, "runs": a.runs, "warmup": a.warmup, "threads": a.threads,
                   "opt_level": a.opt_level, "seed": an.spec.feed_seed(), "session_latency": percentiles(prof["wall_us"]),
+                  "random_nodes": random_nodes(an.light.model.graph),
                   **att, "versions": versions()}, an.identity)
     write_csv(df, a.rdir / "ops_latency.csv")
     write_json(meta, a.rdir / "profile_meta.json")

@@ -31,8 +31,8 @@ def add_flags(p) -> None:
     p.add_argument("--top-k", type=int, default=3, help="export the k best-ranked boundaries (default: %(default)s)")
     p.add_argument("--boundary", type=int, nargs="+", metavar="B", help="export these boundaries instead")
     p.add_argument("--runs", type=int, default=5, help="timed runs per model in the validation (default: %(default)s)")
-    p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance of full vs composed (default: %(default)s)")
-    p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default: %(default)s)")
+    p.add_argument("--atol", type=float, default=1e-4, help="recorded only (the dtype bound decides; default: %(default)s)")
+    p.add_argument("--rtol", type=float, default=1e-3, help="recorded only, as --atol (default: %(default)s)")
     p.add_argument("--hops", type=int, default=1, choices=range(4), help="context hops in the diagram (0..3, default 1)")
     p.add_argument("--diagram", default="auto", choices=["auto", "dot", "matplotlib", "none"],
                    help="diagram renderer: Graphviz dot when installed (auto), matplotlib, or none")

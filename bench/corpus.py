@@ -16,7 +16,10 @@ Builds into models/corpus/ and writes models/corpus/manifest.json, one entry per
 
 Sources
   * every class builder of tests/wild_models.py (small, random weights) and of tests/classic_models.py
-    (scikit-learn via skl2onnx, LightGBM via onnxmltools, an IR-3 model importing only ai.onnx.ml);
+    (scikit-learn via skl2onnx, LightGBM via onnxmltools, an IR-3 model importing only ai.onnx.ml, a torch
+    sampler with randn_like/rand/bernoulli through both exporters);
+  * every class builder of tests/unseen_models.py (issue 29: a GRU whose npz holds only its zero state,
+    a conv + transformer, an fp16 model with fp32 IO, torch.randn_like through both exporters);
   * bigger local builds: torchvision swin_t and resnet50 through the TorchScript exporter
     (dynamo=False, opset 17), GPT-2 with KV cache exported by Hugging Face optimum (text-generation-with-
     past). optimum-onnx needs transformers<4.58 while .venv has 5.x: it is installed with
@@ -51,6 +54,7 @@ if str(REPO) not in sys.path:
 
 from tests import classic_models as cm  # noqa: E402
 from tests import wild_models as wm  # noqa: E402
+from tests import unseen_models as um  # noqa: E402
 from tests.executed_macs import executed_macs, random_feeds  # noqa: E402
 
 CORPUS = REPO / "models" / "corpus"
@@ -279,8 +283,11 @@ def _entries():
     out = {}
     for name, b in wm.BUILDERS.items():
         out[name] = (name, "built locally: tests/wild_models.py::" + b.__name__, b)
-    for name, b in cm.BUILDERS.items():     # classical ML: scikit-learn, LightGBM, IR-3 ai.onnx.ml only
-        out[name] = ("classical_ml", "built locally: tests/classic_models.py::" + b.__name__, b)
+    for name, b in cm.BUILDERS.items():     # classical ML (scikit-learn, LightGBM, IR-3 ai.onnx.ml only), random ops
+        out[name] = ("random_ops" if name.startswith("random_") else "classical_ml",
+                     "built locally: tests/classic_models.py::" + b.__name__, b)
+    for name, b in um.BUILDERS.items():     # issue 29's classes: partial npz, conv+transformer, fp16, random ops
+        out[name] = (name, "built locally: tests/unseen_models.py::" + b.__name__, b)
 
     def tv(n, expected):
         def b(path):

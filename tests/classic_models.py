@@ -1,6 +1,7 @@
 """Classical-ML models built the way users build them (random seeded data, trained in a second, a few kB):
 scikit-learn through skl2onnx, LightGBM through onnxmltools, and an IR-3 logistic regression that imports only
-the ai.onnx.ml opset (as onnxmltools 1.2 era exports do).
+the ai.onnx.ml opset (as onnxmltools 1.2 era exports do); and a torch sampler with random ops (randn_like, rand,
+bernoulli) through both exporters.
 
 Every ``build_<class>(path) -> dict`` writes the model and an npz of inputs beside it and returns the facts of
 tests/wild_models.py (name, path, class, exporter, inputs, feeds, npz, shape_override, expected_macs, ...).
@@ -8,6 +9,8 @@ No lib/ import: these are inputs to the product. bench/corpus.py lists them in i
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import warnings
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from tests.wild_models import _facts
+from tests.wild_models import _facts, _torch_export
 
 FEATURES, CLASSES, ROWS = 4, 3, 3        # X is ROWS x FEATURES in the npz; the models declare a dynamic batch
 
@@ -49,6 +52,19 @@ def build_sk_forest(path):
     from sklearn.ensemble import RandomForestClassifier
     return _skl(RandomForestClassifier(5, max_depth=3, random_state=0), path, "sklearn_tree",
                 "RandomForestClassifier 5 trees of depth <= 3: TreeEnsembleClassifier + ZipMap")
+
+
+def build_sk_forest_strings(path):
+    """String class labels: the label output is tensor(string), ZipMap's keys are strings."""
+    from sklearn.ensemble import RandomForestClassifier
+    import skl2onnx
+    from skl2onnx import to_onnx
+    x, y = data()
+    clf = RandomForestClassifier(3, max_depth=2, random_state=0).fit(x, np.array(["cat", "cow", "dog"])[y])
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(to_onnx(clf, x[:1]), str(path))
+    return _facts(path, "sklearn_tree", f"skl2onnx=={skl2onnx.__version__}", {"X": x[:ROWS]}, 0,
+                  "RandomForestClassifier with string labels: tensor(string) label, ZipMap with string keys")
 
 
 def build_sk_gboost(path):
@@ -109,5 +125,45 @@ def build_ir3_logreg(path):
                   "LogisticRegression coefficients in a LinearClassifier (softmax) + ZipMap; no default-domain opset")
 
 
-BUILDERS = {"sk_logreg": build_sk_logreg, "sk_forest": build_sk_forest, "sk_gboost": build_sk_gboost,
-            "sk_svm": build_sk_svm, "sk_pipeline": build_sk_pipeline, "lgbm": build_lgbm, "ir3_logreg": build_ir3_logreg}
+def _random_module():
+    import torch
+
+    class Noisy(torch.nn.Module):
+        """A VAE/TTS-style sampler: Linear, then noise drawn like its output (randn_like), a uniform draw and
+        a Bernoulli mask."""
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            h = self.fc(x)
+            return h + 0.1 * torch.randn_like(h) + torch.rand(2, 16) * torch.bernoulli(torch.sigmoid(h))
+    torch.manual_seed(0)
+    return Noisy().eval(), torch.randn(2, 16)
+
+
+def build_random_ts(path):
+    m, x = _random_module()
+    exporter = _torch_export(m, (x,), path, 17, input_names=["x"], output_names=["y"])
+    return _facts(path, "random_ops", exporter, {"x": x.numpy()}, 2 * 16 * 16,
+                  "Linear + randn_like + rand + bernoulli (TorchScript exporter): RandomNormalLike, RandomUniform, "
+                  "Bernoulli")
+
+
+def build_random_dynamo(path):
+    import torch
+    m, x = _random_module()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        prog = torch.onnx.export(m, (x,), dynamo=True, opset_version=18, input_names=["x"], output_names=["y"])
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    prog.save(str(path))
+    return _facts(path, "random_ops", f"torch.onnx.export(dynamo=True, opset_version=18) torch=={torch.__version__}",
+                  {"x": x.numpy()}, 2 * 16 * 16, "the same sampler through the dynamo exporter: RandomNormalLike, "
+                  "RandomUniformLike, Bernoulli")
+
+
+BUILDERS = {"sk_logreg": build_sk_logreg, "sk_forest": build_sk_forest, "sk_forest_strings": build_sk_forest_strings,
+            "sk_gboost": build_sk_gboost,
+            "sk_svm": build_sk_svm, "sk_pipeline": build_sk_pipeline, "lgbm": build_lgbm, "ir3_logreg": build_ir3_logreg,
+            "random_ts": build_random_ts, "random_dynamo": build_random_dynamo}

@@ -1,5 +1,6 @@
 """Bad input: exit code 2, one clear line on stderr, no traceback, nothing written."""
 
+import numpy as np
 import pytest
 from onnx import helper
 
@@ -167,3 +168,17 @@ def test_output_into_a_closed_pipe_gives_no_traceback(good, tmp_path):
     p.stdout.close()                # the reader stopped before the stage printed anything
     err = p.stderr.read().decode()
     assert p.wait(timeout=300) == 1 and "Traceback" not in err and "internal error" not in err, err
+
+
+def test_inputs_npz_entries_are_checked(tmp_path, good):
+    """The npz may hold a subset of the inputs, but each entry must name a graph input with its dtype and rank."""
+    x = np.zeros((1, 3, 32, 32), np.float32)
+    cases = [({"x": x, "mask": x}, "name no graph input"), ({"x": x.astype(np.float64)}, "x is float64"),
+             ({"x": x[0]}, "rank 3")]
+    for k, (arrays, needle) in enumerate(cases):
+        npz = tmp_path / f"in{k}.npz"
+        np.savez(npz, **arrays)
+        for stage in MODEL_STAGES:
+            rdir = tmp_path / f"res{k}"
+            assert_clean_error(run_stage(stage, "--model", good, "--results", rdir, "--inputs-npz", npz), needle)
+            assert not rdir.exists() or not any(rdir.iterdir())

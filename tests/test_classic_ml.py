@@ -7,6 +7,7 @@ import json
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pandas as pd
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -209,6 +210,17 @@ def test_ir3_model_without_a_default_opset(tmp_path):
     assert meta["unknown_cost_nodes"] == 0 and meta["unknown_size_nodes"] == 0
     # 4 features x 3 classes: 2 x 12 multiply-adds, argmax over 3, softmax 5 x 3
     assert meta["total_flops"] == 2 * 12 + 3 + 15 and meta["total_macs"] == 0
+
+
+def test_string_labels_get_their_shapes(tmp_path):
+    """A classifier's tensor(string) label: its shape comes from the run that resolves shapes (it was left
+    unknown, and 08 refused a split whose cut carries it)."""
+    f = cm.build_sk_forest_strings(tmp_path / "rf.onnx")
+    r = run_stage("02_shapes_flops_bytes.py", "--model", f["path"], "--results", tmp_path / "r", "--inputs-npz", f["npz"])
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(tmp_path / "r" / "ops_metrics.csv").set_index("op_type")
+    assert df.loc["ai.onnx.ml:TreeEnsembleClassifier", "out_shapes"] == f"{cm.ROWS};{cm.ROWS}x{cm.CLASSES}"
+    assert df.loc["ai.onnx.ml:TreeEnsembleClassifier", "dtype"] == "string"
 
 
 def test_lightgbm_splits(tmp_path):

@@ -196,6 +196,19 @@ def test_constants_found_before_inference_are_the_graphs(tmp_path):
     assert an.consts == {"w1", "w2"} == constant_tensors(an.graph)
 
 
+def test_model_strict_inference_refuses_gives_one_line(tmp_path):
+    """A model onnx's strict inference rejects, and ONNX Runtime too: one line naming the rule."""
+    from lib.errors import StageError
+    from lib.onnx.inputs import InputSpec
+    from lib.onnx.loading import prepare
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]      # 3 x 5 @ 7 x 2: cannot multiply
+    path = tmp_path / "bad.onnx"
+    make_model(nodes, [tensor("x", [3, 5])], [tensor("y", None)], [weight("w", (7, 2))], path=path)
+    with pytest.raises(StageError) as e:
+        prepare(path, InputSpec())
+    assert str(e.value).startswith("the model is invalid") and "Incompatible dimensions" in str(e.value)
+
+
 @pytest.mark.parametrize("names", [["a", "", "b\u00e9", "\u65e5\u672c", "c"], ["x\ny", "", "z"], [""], []])
 def test_graph_arrays_names_survive_the_npz(tmp_path, names):
     """graph.npz keeps names as UTF-8 bytes + offsets; they load back as they were: empty, non-ASCII, and a

@@ -8,7 +8,7 @@ from onnx import helper
 from conftest import REPO
 from lib.onnx import ops as op_costs
 from lib.fx.analysis import FX_TO_ONNX
-from lib.onnx.ops import REGISTRY, alias, markdown_table, names_with, op_class, register, unknown_cost
+from lib.onnx.ops import REGISTRY, alias, flags_table, markdown_table, names_with, op_class, register, unknown_cost
 
 CLASSES = {"conv", "conv_depthwise", "conv_grouped", "gemm", "matmul", "recurrent", "pool", "norm", "activation",
            "elementwise", "softmax", "reduce", "quantize", "control_flow", "data_movement", "shape"}
@@ -92,3 +92,7 @@ def test_value_evaluators_live_in_the_entries():
     assert ev["Shape"](shape, [None], [1, 3, 224, 224])[0].tolist() == [3, 224, 224]
     concat = helper.make_node("Concat", ["a", "b"], ["c"], axis=0)
     assert ev["Concat"](concat, [i64(1), np.int64(5)], None)[0].tolist() == [1, 5]
+
+
+def test_docs_flags_table_is_the_registry():
+    assert flags_table() in (REPO / "docs" / "op-registry.md").read_text()

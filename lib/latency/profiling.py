@@ -10,7 +10,16 @@ optimized graph and map each optimized node onto original nodes:
    that some kernel materializes (or a weight/graph input). Its anchor is the covered node doing the most
    work (MACs, then FLOPs); the others are recorded as fused into it and get 0 us of their own;
 3. kernels with no original tensor (layout Reorder*, inserted casts/copies) take the anchor of a neighbour
-   they feed or are fed by.
+   they feed or are fed by;
+4. kernels ORT inserted or rewrote beyond that (transpose-optimizer `Reshape_token_*` nodes, a FusedConv of
+   nodes it renamed first, a kernel the saved optimized graph does not hold) go to the original node whose
+   tensor they serve, by the optimized graph's tensor names: a computing kernel to the first original node of
+   its own op that no kernel ran, between the original tensors upstream and downstream of it (before step 3);
+   what is left after step 3 to the producer of the original tensor it writes, else of the nearest original
+   tensor upstream, else to the consumer of the nearest one downstream; with no graph to walk (a kernel the
+   saved graph lacks), the kernel that runs next (an inserted kernel prepares its consumer's input), else the
+   one before. Every kernel mapped in 3 or 4 is listed in ops_latency.csv's `inserted`
+   column of the node it is attributed to.
 """
 from __future__ import annotations
 
@@ -146,6 +155,7 @@ def _keep(trace: Path, optimized: Path, dest: Path) -> None:
 
 
 LAYOUT_KERNELS = {"ReorderInput", "ReorderOutput", "MemcpyFromHost", "MemcpyToHost"}
+MOVES = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten"}     # data movement, no arithmetic
 
 
 def _original_tensor(name: str, outputs: list[str], g: Graph, node_index: dict[str, int]) -> tuple[str | None, bool]:
@@ -193,6 +203,7 @@ class _Attribution:
         self.owner: dict[int, str] = {}          # original node position -> kernel that ran it
         self.anchor: dict[str, int | None] = {k: None for k in kernel_names}
         self.fused_into: dict[int, int] = {}
+        self.inserted: set[str] = set()          # kernels ORT inserted or rewrote (steps 3 and 4)
 
     def cover(self, k: str, group: list[int]) -> None:
         best = max(group, key=lambda p: (_work(self.g.nodes[p], self.g), -p))
@@ -213,6 +224,10 @@ class _Attribution:
             start = g.producer[self.tensor_of[k]]
             if start in self.owner:            # a second kernel for the same tensor: share its anchor
                 self.anchor[k] = self.anchor[self.owner[start]]
+                continue
+            if k in opt and opt[k].op_type in MOVES and opt[k].op_type != g.nodes[start].op_type:
+                self.cover(k, [start])     # a rewrite (a Transpose run as Reshape_token_*): that node alone
+                self.inserted.add(k)
                 continue
             group, stack = [], [start]
             while stack:
@@ -260,6 +275,7 @@ class _Attribution:
                 got = next((self.anchor[m] for m in near if self.anchor.get(m) is not None), None)
                 if got is not None:
                     self.anchor[k], changed = got, True
+                    self.inserted.add(k)
             if not changed:
                 break
 
@@ -272,6 +288,88 @@ class _Attribution:
                 pos = next((owners[c] for c in _name_candidates(k) if c in owners), None)
                 if pos is not None:
                     self.anchor[k] = pos
+
+
+    def _walks(self, optimized: onnx.ModelProto):
+        """(up, down) for an optimized node: the original positions producing the nearest original tensor
+        upstream of it and consuming the nearest one downstream (by the optimized graph's tensor names)."""
+        g = self.g
+        prod = {o: n for n in optimized.graph.node for o in n.output}
+        cons = defaultdict(list)
+        for n in optimized.graph.node:
+            for i in n.input:
+                cons[i].append(n)
+        return lambda n: (_nearest(n, g.producer.get, lambda t: [prod[t]] if t in prod else [], "input"),
+                          _nearest(n, lambda t: min(g.consumers[t]) if g.consumers.get(t) else None,
+                                   lambda t: cons.get(t, []), "output"))
+
+    def renamed(self, optimized: onnx.ModelProto) -> None:
+        """Step 4, first: a computing kernel with no original tensor or name (a FusedConv of nodes the transpose
+        optimizer rewrote, a Transpose it turned into Reshape_token_*): the first original node of its op that
+        no kernel ran, between the original tensors upstream and downstream of it (it then owns that node)."""
+        walks = self._walks(optimized)
+        for k in self.kernels:
+            n = self.opt_nodes.get(k)
+            if self.anchor.get(k) is not None or n is None or n.op_type in LAYOUT_KERNELS or self.tensor_of.get(k):
+                continue
+            up, down = walks(n)
+            pos = self._same_op(n.op_type, up, down)
+            if pos is not None:
+                self.cover(k, [pos])
+                self.inserted.add(k)
+                self.tensor_of[k] = next((o for o in self.g.nodes[pos].output if o), None)
+
+    def by_tensors(self, optimized: onnx.ModelProto) -> None:
+        """Step 4, last: kernels still unmapped go to the producer of the original tensor they write, else of the
+        nearest one upstream, else to the consumer of the nearest one downstream."""
+        walks = self._walks(optimized)
+        for k in self.kernels:
+            if self.anchor.get(k) is not None or k not in self.opt_nodes:
+                continue
+            n = self.opt_nodes[k]
+            own = next((self.g.producer[o] for o in n.output if o in self.g.producer), None)
+            pos = next((p for p in (own, *walks(n)) if p is not None), None)
+            if pos is not None:
+                self.anchor[k] = self.fused_into.get(pos, pos)
+                self.inserted.add(k)
+
+    def _same_op(self, op: str, up: int | None, down: int | None) -> int | None:
+        """The first original node of the kernel's op (FusedConv -> Conv; Reshape also for a Transpose) that no
+        kernel ran, after up and before down."""
+        base = op[len("Fused"):] if op.startswith("Fused") else op
+        ops = {base, "Transpose"} if base == "Reshape" else {base}
+        lo, hi = (up if up is not None else -1), (down if down is not None else len(self.g.nodes))
+        return next((p for p in range(lo + 1, hi) if p not in self.owner and self.g.nodes[p].op_type in ops), None)
+
+    def by_order(self, order: list[str]) -> None:
+        """Kernels the saved optimized graph does not hold: the kernel that runs next, else the one before."""
+        for i, k in enumerate(order):
+            if self.anchor.get(k) is not None or k in self.opt_nodes:
+                continue
+            near = order[i + 1:] + order[:i][::-1]
+            got = next((self.anchor[m] for m in near if self.anchor.get(m) is not None and m not in self.inserted), None)
+            if got is not None:
+                self.anchor[k] = got
+                self.inserted.add(k)
+
+
+def _nearest(n: onnx.NodeProto, original, step, side: str) -> int | None:
+    """Walk the optimized graph from node n through its inputs (side="input") or outputs until a tensor of the
+    original graph: original(tensor) -> position, or None; step(tensor) -> the optimized nodes to go on through."""
+    seen, frontier = set(), [n]
+    while frontier:
+        nxt = []
+        for m in frontier:
+            for t in getattr(m, side):
+                if not t or t in seen:
+                    continue
+                seen.add(t)
+                pos = original(t)
+                if pos is not None:
+                    return pos
+                nxt.extend(step(t))
+        frontier = nxt
+    return None
 
 
 def body_nodes(g: Graph) -> dict[str, int]:
@@ -301,25 +399,33 @@ def _name_candidates(k: str) -> list[str]:
     return [k, base] + ["_".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
 
 
-def attribute(g: Graph, optimized: onnx.ModelProto | None, kernel_names: list[str]) -> dict:
-    """Map optimized-graph kernels onto original node positions (see the module docstring).
+def attribute(g: Graph, optimized: onnx.ModelProto | None, kernel_names: list[str],
+              order: list[str] | None = None) -> dict:
+    """Map optimized-graph kernels onto original node positions (see the module docstring). order: the kernels
+    in the order they ran (default: kernel_names).
 
-    Returns {"anchor": {kernel: pos or None}, "fused_into": {pos: anchor pos}}.
+    Returns {"anchor": {kernel: pos or None}, "fused_into": {pos: anchor pos}, "inserted": {kernels ORT
+    inserted or rewrote}}.
     """
     att = _Attribution(g, optimized, kernel_names)
     att.computing()
+    if optimized is not None:
+        att.renamed(optimized)
     att.epilogues()
     att.bodies()
     if optimized is not None:
         att.neighbours(optimized)
-    return {"anchor": att.anchor, "fused_into": att.fused_into}
+        att.by_tensors(optimized)
+    att.by_order(order or kernel_names)
+    return {"anchor": att.anchor, "fused_into": att.fused_into, "inserted": att.inserted}
 
 
 def latency_table(g: Graph, prof: dict) -> tuple[pd.DataFrame, dict]:
     """ops_latency rows (one per original node) and the attribution summary."""
     per_run = prof["per_run"]
     kernels = sorted({k for run in per_run for k in run})
-    att = attribute(g, prof["optimized"], kernels)
+    order = list(dict.fromkeys(k for run in per_run for k in run))     # per run in execution order (kernel_times)
+    att = attribute(g, prof["optimized"], kernels, order)
     n_nodes, n_runs = len(g.nodes), len(per_run)
     times = np.zeros((n_runs, n_nodes))
     attributed = np.zeros(n_runs)
@@ -356,6 +462,7 @@ def latency_table(g: Graph, prof: dict) -> tuple[pd.DataFrame, dict]:
             "attribution": how,
             "fused_into": g.names[att["fused_into"][pos]] if pos in att["fused_into"] else "",
             "ort_kernels": ";".join(kernels_of.get(pos, [])),
+            "inserted": ";".join(k for k in kernels_of.get(pos, []) if k in att["inserted"]),
         })
     cov = float(attributed.sum() / total.sum()) if total.sum() > 0 else float("nan")
     summary = {

@@ -1,6 +1,9 @@
 """One input spec for the whole pipeline: shape overrides > preset > workload symbolic dims > the file's own dims,
 or the arrays of an --inputs-npz file (whose shapes then fix the symbolic dims). The same spec shapes every
-stage (01, 02, 07, 08, 10) and feeds the stages that run the model (01, 08)."""
+stage (01, 02, 07, 08, 10) and feeds the stages that run the model (01, 08).
+
+The npz may hold any subset of the graph inputs (a GRU's zero state, a pitch model's frequency bounds): those
+are fed as given, the others drawn at random from the shape spec, and the meta JSON says which is which."""
 from __future__ import annotations
 
 import ast
@@ -86,13 +89,28 @@ class InputSpec:
         except Exception as e:  # noqa: BLE001
             raise StageError(f"--inputs-npz {p} is not a readable .npz file ({type(e).__name__})") from None
 
+    def given_names(self) -> set[str]:
+        """The names the npz (or in-memory arrays) holds, without reading its arrays."""
+        if self.arrays is not None:
+            return set(self.arrays)
+        if not self.inputs_npz or not Path(self.inputs_npz).exists():
+            return set()
+        try:
+            with np.load(self.inputs_npz, allow_pickle=False) as data:
+                return set(data.files)
+        except Exception:  # noqa: BLE001 - npz_arrays() says what is wrong with the file
+            return set()
+
     def describe(self, shapes: dict[str, list[int]]) -> dict:
-        """What identifies the inputs in every meta file: resolved shapes and where values came from."""
+        """What identifies the inputs in every meta file: resolved shapes and where values came from (the
+        inputs fed from the npz file, and those drawn at random with the seed)."""
         npz = None
         if self.inputs_npz:
             npz = {"path": str(self.inputs_npz), "sha256": hashlib.sha256(Path(self.inputs_npz).read_bytes()).hexdigest()}
+        given = self.given_names()
         return {"input_shapes": {k: list(map(int, v)) for k, v in shapes.items()}, "preset": self.preset,
-                "inputs_npz": npz}
+                "inputs_npz": npz, "from_file": [k for k in shapes if k in given],
+                "drawn": [k for k in shapes if k not in given]}
 
 
 def parse_shape_overrides(items: list[str]) -> dict[str, list[int]]:
@@ -140,9 +158,7 @@ def resolve_input_shapes(model: onnx.ModelProto, spec: InputSpec) -> dict[str, l
     names = {i.name for i in inputs}
     arrays = spec.npz_arrays()
     if arrays is not None:
-        missing = [n for n in names if n not in arrays]
-        if missing:
-            raise StageError(f"--inputs-npz {spec.inputs_npz} lacks inputs {sorted(missing)} (has {sorted(arrays)})")
+        _check_arrays(inputs, arrays, spec.inputs_npz or "the given arrays")
     given = {n: list(a.shape) for n, a in (arrays or {}).items() if n in names}
     for n, dims in spec.overrides.items():
         if n not in names:
@@ -191,6 +207,22 @@ def resolve_input_shapes(model: onnx.ModelProto, spec: InputSpec) -> dict[str, l
     return shapes
 
 
+def _check_arrays(inputs: list[onnx.ValueInfoProto], arrays: dict[str, np.ndarray], where: str) -> None:
+    """Every npz entry names a graph input and has its element type (its rank is checked with the shapes)."""
+    types = {i.name: i.type.tensor_type.elem_type for i in inputs}
+    stray = sorted(n for n in arrays if n not in types)
+    if stray:
+        raise StageError(f"--inputs-npz {where} has {stray}, which name no graph input (inputs: {sorted(types)})")
+    for n, a in arrays.items():
+        try:
+            want = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(types[n])) if types[n] else None
+        except Exception:  # noqa: BLE001 - an element type numpy has no dtype for: ORT judges
+            want = None
+        if want is not None and a.dtype != want:
+            raise StageError(f"--inputs-npz {where}: {n} is {a.dtype}, the model's input is {want} "
+                             f"(save it as {want})")
+
+
 def fix_input_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> None:
     for inp in real_inputs(model):
         tt = inp.type.tensor_type
@@ -200,13 +232,15 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> No
 
 
 def make_feeds(model: onnx.ModelProto, shapes: dict[str, list[int]], spec: InputSpec) -> dict[str, np.ndarray]:
-    """The arrays of --inputs-npz, else seeded random feeds matching each input's element type and shape."""
-    arrays = spec.npz_arrays()
-    if arrays is not None:
-        return {i.name: arrays[i.name] for i in real_inputs(model)}
+    """The arrays of --inputs-npz, and seeded random feeds matching each other input's element type and shape
+    (drawn in input order, the given ones skipped: the split runner draws the same values)."""
+    arrays = spec.npz_arrays() or {}
     rng = np.random.default_rng(spec.feed_seed())
     feeds, total = {}, 0
     for inp in real_inputs(model):
+        if inp.name in arrays:
+            feeds[inp.name] = arrays[inp.name]
+            continue
         et = inp.type.tensor_type.elem_type
         try:
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(et))
@@ -240,14 +274,18 @@ def _random_array(rng: np.random.Generator, shape: list[int], dtype: np.dtype, n
 def value_hint(model: onnx.ModelProto, spec: InputSpec) -> str:
     """When a run on random inputs fails: the inputs that probably need real values (integer or bool scalars
     and tiny tensors: sample rates, flags, lengths) and how to pass them."""
-    if spec.inputs_npz or spec.arrays is not None:
+    given = spec.given_names()
+    drawn = [i for i in real_inputs(model) if i.name not in given]
+    if not drawn:
         return ""
     names = []
-    for inp in real_inputs(model):
+    for inp in drawn:
         tt = inp.type.tensor_type
         small = tt.HasField("shape") and all(d.HasField("dim_value") and d.dim_value <= 4 for d in tt.shape.dim)
         if tt.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL) and small:
             names.append(inp.name)
     who = f"input {', '.join(repr(n) for n in names)} probably needs a real value" if names else \
         "some input probably needs real values"
-    return f" The inputs were random: {who}: pass them with --inputs-npz FILE.npz (make all INPUTS=FILE.npz)"
+    which = "The inputs were random" if not given else f"Inputs {', '.join(i.name for i in drawn)} were random"
+    return f" {which}: {who}: pass them with --inputs-npz FILE.npz (make all INPUTS=FILE.npz; the npz may hold " \
+        "only the inputs whose values matter)"

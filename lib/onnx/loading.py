@@ -81,8 +81,8 @@ def graph_of_path(path, overrides: list[str] | None = None, workload=None, prese
 def _skeleton(model: onnx.ModelProto, nodes: NodeTable) -> Graph | None:
     """The graph's structure (order, producers, consumers, node views, small constants), which inference does
     not change (it adds value_info only), built from the light model; _indexed() attaches the inferred tensors
-    (its `model` stays the light one: the inferred model is saved as the bytes the inference gave, in save_graph).
-    None with control flow: the costs need the bodies' inferred value_info."""
+    (its `model` stays the light one: save_graph writes the inferred model). None with control flow: the
+    costs need the bodies' inferred value_info."""
     if any(op in CONTROL_FLOW for op in nodes.ops):
         return None
     return build_graph(model, tensors={}, table=nodes)

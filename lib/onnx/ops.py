@@ -47,7 +47,15 @@ class Op:
     reads_shape: bool = False       # reads its input's shape alone, never its values (Shape, Size)
 
 
-FLAGS = ("view", "pick", "int8", "stored_chain", "random", "control_flow", "reads_shape")
+FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is generated from this)
+    "view": "moves no data: the latency model counts no traffic",
+    "pick": "reads about what it writes: the latency model counts 2 x its output",
+    "int8": "an integer kernel: the latency model's '<class>@int8' parameters",
+    "stored_chain": "on weights, a link of a quantized weight's no-op chain: its output counts as stored bytes",
+    "random": "draws random numbers: never folded into a constant or propagated as a value",
+    "control_flow": "runs subgraph bodies: the walk (lib/onnx/costs.py) costs them and hands over their totals",
+    "reads_shape": "reads its input's shape alone: a source of shape arithmetic",
+}
 REGISTRY: dict[str, Op] = {}
 
 
@@ -467,7 +475,7 @@ for _key, (_cls, _cost) in ML_OPS.items():
 
 
 def markdown_table() -> str:
-    """The README's table of per-element costs, generated from the registry (tests check the README has it)."""
+    """docs/cost-model.md's table of per-element costs, generated from the registry (a test checks the page)."""
     rows: dict[tuple[str, float], list[str]] = {}
     for key, op in REGISTRY.items():
         if op.per_element is not None and op.per_element > 0:
@@ -475,4 +483,14 @@ def markdown_table() -> str:
     lines = ["| op class | FLOPs per output element | ops |", "| --- | --- | --- |"]
     for (cls, k), ops in sorted(rows.items()):
         lines.append(f"| {cls} | {k:g} | {', '.join(sorted(set(ops)))} |")
+    return "\n".join(lines)
+
+
+def flags_table() -> str:
+    """docs/op-registry.md's table of the ops each flag is set on, and of the ops with a value evaluator."""
+    lines = ["| flag | meaning | ops |", "| --- | --- | --- |"]
+    for f, meaning in FLAGS.items():
+        lines.append(f"| {f} | {meaning} | {', '.join(sorted(k for k, op in REGISTRY.items() if getattr(op, f)))} |")
+    evaluated = sorted(k for k, op in REGISTRY.items() if op.evaluate is not None)
+    lines.append(f"| (evaluate) | a value evaluator for static value propagation | {', '.join(evaluated)} |")
     return "\n".join(lines)

@@ -40,9 +40,11 @@ def main(probe: str, feeds_path: str, out_dir: str = "") -> int:
         return 3
     shapes, values = {}, {}
     for name, v in zip(names, outs):
-        if not isinstance(v, np.ndarray) or v.dtype == object:
+        if not isinstance(v, np.ndarray):       # a sequence or a map (ZipMap): no tensor shape
             continue
-        shapes[name] = [list(map(int, v.shape)), int(onnx.helper.np_dtype_to_tensor_dtype(v.dtype))]
+        strings = v.dtype.kind in "OSU"         # string labels of a classifier come back as objects
+        elem = onnx.TensorProto.STRING if strings else onnx.helper.np_dtype_to_tensor_dtype(v.dtype)
+        shapes[name] = [list(map(int, v.shape)), int(elem)]
         if v.size <= MAX_VALUE_ELEMENTS and v.dtype.kind in "biu":
             values[name] = v
     with open(f"{out_dir}/shapes.json", "w") as f:
