@@ -16,8 +16,12 @@ LIB     := $(shell find lib -name "*.py")
 #   SHAPE_ARGS="--shape-override 'input=8x3x224x224'"   PRESET=llm-128 (configs/workload.yaml)   INPUTS=feeds.npz
 # and extra flags for stage 01, e.g. PROFILE_ARGS="--threads 1"
 PROFILE_ARGS ?=
-# a lock file: stage 01 runs under `flock` on it, so that profiles of parallel zoo entries never share the cores
+# a lock file (make zoo sets it, entries run side by side): stage 01 holds it exclusively, every other stage
+# shared, so that a profile never shares the cores with another entry's stage (as make -j ensures for one model)
 PROFILE_LOCK ?=
+ifneq ($(PROFILE_LOCK),)
+PY := flock -s $(PROFILE_LOCK) .venv/bin/python
+endif
 SHAPE_ARGS   ?=
 PRESET       ?=
 INPUTS       ?=
@@ -73,7 +77,7 @@ models/resnet50.onnx: lib/onnx/export_models.py | $(VENV)
 
 # 01 runs after 02 (order-only) so that profiling never shares the cores with another stage under make -j
 $(R)/ops_latency.csv: $(MODEL) 01_profile_onnx.py $(LIB) $(WORKLOAD) $(SPEC_STAMP) $(PROFILE_STAMP) | $(VENV) $(R)/ops_metrics.csv
-	$(if $(PROFILE_LOCK),flock $(PROFILE_LOCK)) $(PY) 01_profile_onnx.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --runs $(RUNS) $(PROFILE_ARGS) $(SPEC_ARGS)
+	$(if $(PROFILE_LOCK),flock -x $(PROFILE_LOCK) .venv/bin/python,$(PY)) 01_profile_onnx.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --runs $(RUNS) $(PROFILE_ARGS) $(SPEC_ARGS)
 
 $(R)/ops_metrics.csv: $(MODEL) 02_shapes_flops_bytes.py $(LIB) $(WORKLOAD) $(SPEC_STAMP) | $(VENV)
 	$(PY) 02_shapes_flops_bytes.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) $(SPEC_ARGS)

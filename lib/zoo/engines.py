@@ -9,7 +9,6 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import cloudpickle
-import dask
 from distributed import Client
 from distributed import as_completed as dask_completed
 
@@ -17,8 +16,6 @@ from lib.artifacts import REPO
 from lib.errors import StageError
 from lib.zoo import remote
 
-# a task whose worker died this many times is failed (Dask's own default is 3)
-ALLOWED_FAILURES = 3
 CONNECT_TIMEOUT = "5s"
 
 
@@ -27,8 +24,8 @@ def _record(rc: int, error: str, seconds: float, host: str) -> dict:
 
 
 def run_local(jobs: list[dict], root: Path, n: int, runs: int, splits: int, on_start, on_done) -> None:
-    """make all for every job ({entry, rdir}), n at a time (threads wait on the make processes; stage 01 of each
-    runs under the host's profile lock, so two profiles never share the cores)."""
+    """make all for every job ({entry, rdir}), n at a time (threads wait on the make processes; the host's profile
+    lock keeps every other stage off the cores while a stage 01 runs)."""
     host = socket.gethostname()
 
     def one(job):
@@ -44,7 +41,6 @@ def run_local(jobs: list[dict], root: Path, n: int, runs: int, splits: int, on_s
 
 def connect(scheduler: str):
     """A Dask client of the scheduler, or StageError with one line saying why not."""
-    dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES})
     try:
         client = Client(scheduler, timeout=CONNECT_TIMEOUT)
     except (OSError, TimeoutError, ValueError) as e:
@@ -72,7 +68,8 @@ def _offered(client) -> set[str]:
 
 def run_dask(jobs: list[dict], root: Path, client, work_root: str, runs: int, splits: int, on_start, on_done) -> None:
     """One task per job on a worker with its resources; its results folder replaces root/<stem>/ atomically.
-    A worker that dies mid-task: the scheduler gives the task to another (ALLOWED_FAILURES times)."""
+    A worker that dies mid-task: the scheduler gives the task to another (its distributed.scheduler.allowed-failures
+    times, 3 by default), then the row fails with KilledWorker."""
     cloudpickle.register_pickle_by_value(remote)    # workers need nothing of lib/ on their sys.path
     offered, futures = _offered(client), {}
     for j in jobs:

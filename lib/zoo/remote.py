@@ -20,7 +20,8 @@ import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 
-# one profile at a time per host (stage 01 under flock): every zoo run, local or Dask worker, takes this lock
+# per host, every zoo run (local or a Dask worker) passes this lock to make: stage 01 holds it exclusively, the
+# other stages shared, so a profile never shares the cores with another entry's stage
 PROFILE_LOCK = os.path.join(tempfile.gettempdir(), "nn-perf-profile.lock")
 MANIFEST = ".zoo_mtimes.json"      # zip keeps mtimes to 2 s: the exact ones, so make's stamps survive the trip
 LOG = "zoo.log"
