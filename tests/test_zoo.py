@@ -19,9 +19,11 @@ from onnx import helper
 
 from conftest import REPO, make_model, run_stage, tensor, weight
 from lib.errors import StageError
+from lib.report.page import BROWSER_ARGS, build_index
 from lib.zoo.remote import error_line
 from lib.zoo.run import plan
 from lib.zoo.spec import code_version, configs_version, entry_key, load_zoo
+from lib.zoo.table import write_table
 
 DASK = str(REPO / ".venv" / "bin" / "dask")
 
@@ -216,3 +218,27 @@ def test_error_line_is_the_refusing_stage_line():
     assert error_line(log) == "bad --shape-override 'x=1': expected"
     assert error_line("Traceback\n  File x\nKeyError: 'y'\ninternal error (a bug)\nmake: *** Error 1") == \
         "internal error: KeyError: 'y'"
+
+
+def test_index_zoo_table_sorts_in_a_browser(tmp_path):
+    """results/index.html's zoo table in Debian's chromium (Playwright): a click on a header sorts by that column,
+    numerically, empty cells (failed rows) last either way."""
+    sync = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not os.path.exists(chromium):
+        pytest.skip(f"chromium not found at {chromium}")
+    write_table([{"stem": "a", "status": "ok", "macs": 30}, {"stem": "bad", "status": "failed", "error": "model gone"},
+                 {"stem": "b", "status": "ok", "macs": 1e9}, {"stem": "c", "status": "ok", "macs": 5}], tmp_path)
+    page_html, _ = build_index(tmp_path)
+    (tmp_path / "index.html").write_text(page_html)
+    with sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=BROWSER_ARGS)
+        page = browser.new_page()
+        page.goto((tmp_path / "index.html").as_uri())
+        stems = "() => [...document.querySelectorAll('table.zoo tbody tr')].map(r => r.cells[0].textContent)"
+        assert page.evaluate(stems) == ["a", "bad", "b", "c"]
+        page.click("table.zoo th:has-text('MACs')")
+        assert page.evaluate(stems) == ["c", "a", "b", "bad"]
+        page.click("table.zoo th:has-text('MACs')")
+        assert page.evaluate(stems) == ["b", "a", "c", "bad"]
+        browser.close()
