@@ -23,6 +23,10 @@ from pathlib import Path
 # per host, every zoo run (local or a Dask worker) passes this lock to make: stage 01 holds it exclusively, the
 # other stages shared, so a profile never shares the cores with another entry's stage
 PROFILE_LOCK = os.path.join(tempfile.gettempdir(), "nn-perf-profile.lock")
+# what a Dask nanny puts in its worker's environment (distributed.nanny.pre-spawn-environ: one thread for numpy and
+# OpenMP): not passed on to make, so that a profile on a worker runs as `make all` from a shell does (it ran 2-4x
+# slower on the bench's vision models with them)
+NANNY_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_")
 MANIFEST = ".zoo_mtimes.json"      # zip keeps mtimes to 2 s: the exact ones, so make's stamps survive the trip
 LOG = "zoo.log"
 
@@ -54,10 +58,11 @@ def error_line(log: str) -> str:
     return (rest or lines or ["make failed with no output"])[-1][:300]
 
 
-def run_make(entry: dict, rdir: str, runs: int, splits: int, cwd: str = ".") -> tuple[int, str, float]:
-    """make all for the entry into rdir (relative to cwd or absolute); its output in rdir/zoo.log.
-    Returns (exit code, one-line error or "", seconds)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+def run_make(entry: dict, rdir: str, runs: int, splits: int, cwd: str = ".", drop: tuple = ()) -> tuple[int, str, float]:
+    """make all for the entry into rdir (relative to cwd or absolute); its output in rdir/zoo.log; the variables
+    in drop (and a calling make's flags) are not passed on. Returns (exit code, one-line error or "", seconds)."""
+    skip = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", *drop}
+    env = {k: v for k, v in os.environ.items() if k not in skip}
     out = Path(cwd, rdir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -106,7 +111,7 @@ def run_on_worker(entry: dict, work_root: str, runs: int, splits: int) -> dict:
     config redoes only what it affects), then the folder as zip bytes, with the exit code and error line."""
     rdir = str(Path(work_root) / entry["stem"])
     with locked(Path(work_root) / f".{entry['stem']}.lock"):
-        rc, error, seconds = run_make(entry, rdir, runs, splits)
+        rc, error, seconds = run_make(entry, rdir, runs, splits, drop=NANNY_ENV)
         data = zip_folder(Path(rdir))
     return {"rc": rc, "error": error, "seconds": seconds, "host": socket.gethostname(), "zip": data}
 
