@@ -1,31 +1,33 @@
 #!/usr/bin/env python3
-"""Stage 07: rank every topological boundary (cut after node b) as a two-device split point.
+"""Stage 07: rank every topological boundary (cut after node b) as a two-device split point, and go past them.
 
-Per boundary: cut tensors and Comm(b) (activation bytes crossing the link), FLOPs left/right, device time on
-A and B (t_i = ovh_i + max(FLOPs_i / (peak * ec_i), bytes_i / (bw * em_i)) for a modelled device, 01's
-measured latency for a `source: measured` one), the link, estimated latency and energy, device-time balance
-and pipelined throughput 1 / max(t_A, t_link, t_B), live and peak activation memory per side. Boundaries are
-pruned (with the reason) when one side has almost no compute, when nothing crosses, inside a long
-skip/residual block, when they break a constraint, in strict mode, or as near-duplicates of a better-ranked
-neighbour. The default ranking puts the latency-energy Pareto layers first, then the score. Baselines: the
-whole graph on A, and on B. Writes boundaries.csv, pareto_export.csv, candidate_pruning.json,
-split_candidates.tex, split_summary.json (baselines, best split), split_model.json (for the report's what-if),
-system_config.json and workload_profile.json. Reuses stage 02's graph structure (graph.npz).
+Per boundary: cut tensors, Comm(b) (bytes crossing the link, also priced at fp16 and int8), FLOPs and device
+time on A and B (01's measured latency for a `source: measured` device, else its model), link, latency, energy,
+balance, pipelined throughput, peak activation memory. Pruned with the reason (too little compute on one side,
+nothing crosses, inside a skip block, a constraint, strict mode, near-duplicates); ranked by the latency-energy
+Pareto layers, then the score. Past the boundaries: the optimal partition of the whole DAG (a minimum cut, for
+latency and energy), the best K-part pipeline when configs/system.yaml chains three or more devices, and the link
+bandwidth above which each split pays. Writes boundaries.csv, pareto_export.csv, candidate_pruning.json,
+split_candidates.tex, split_summary.json, split_model.json, dag_partition.json, bandwidth_sweep.csv/.png, ...
 """
 from pathlib import Path
 
 from lib import cli
-from lib.artifacts import atomic_path, read_csv, versions, write_csv, write_json
+from lib.artifacts import read_csv, versions, write_csv, write_json
 from lib.split.boundary_sweep import sweep_columns, sweep_frame
 from lib.onnx.inputs import InputSpec
 from lib.onnx.loading import analysed_arrays
 from lib.provenance import stamp
-from lib.split.ranking import (add_costs, baselines, device_factors, feasibility_reasons, latex_table, pareto_table,
-                        print_summary, prune_and_rank, pruning_summary, ranking_overrides, split_model, split_summary)
+from lib.split.ranking import (add_costs, baselines, device_factors, feasibility_reasons, pareto_table, print_summary,
+                               prune_and_rank, pruning_summary, ranking_overrides, split_model, split_summary, write_latex,
+                               PROFILE_COLUMNS)
+from lib.split.partitions import beyond_boundaries, beyond_lines
 from lib.split.system import load_system
 
 
 def add_flags(p) -> None:
+    cli.add_inputs(p)
+    cli.add_system(p)
     p.add_argument("--rank-by", choices=["comm", "score", "latency"], help="ranking key (default: system.yaml's)")
     p.add_argument("--top-k", type=int, help="boundaries in split_candidates.tex (default: system.yaml's)")
     p.add_argument("--strict", action="store_true", help="only cuts where every crossing activation comes from the cut node")
@@ -36,15 +38,8 @@ def add_flags(p) -> None:
     p.add_argument("--skip-span", type=int, help="skip blocks spanning at least this many nodes are not cut inside")
 
 
-# what 07 reads of ops_profile.csv: costs and bytes, what the latency model keys on, ORT's fusions, layers
-PROFILE_COLUMNS = frozenset({"node", "op_type", "op_class", "dtype", "mac_dtype", "flops", "act_in_bytes", "act_out_bytes",
-                             "weight_bytes", "latency_us", "attribution", "fused_into", "layer"})
-
-
 def main(argv=None):
     p = cli.parser(__doc__)
-    cli.add_inputs(p)
-    cli.add_system(p)
     add_flags(p)
     a = cli.parse(p, argv)
     system = ranking_overrides(load_system(a.system), by=a.rank_by, top_k=a.top_k, min_compute_share=a.min_compute_share,
@@ -59,30 +54,29 @@ def main(argv=None):
                                                 "latency_us"), only=PROFILE_COLUMNS)
     measured = metas["merge_meta.json"]["latency_source"] == "measured"
     latency = prof["latency_us"].to_numpy(float) if measured else None
-    for key in ("A", "B"):      # the device models (cached: add_costs and split_model use them)
-        device_factors(prof, system["devices"][key])
+    [device_factors(prof, dev) for dev in system["devices"].values()]     # the device models (cached)
     df = add_costs(df, prof, latency, system, arrays)
     df = prune_and_rank(df, system, feasibility_reasons(a.feasibility, a.feasibility_arch,
                                                         res.identity("metrics_meta.json")) if a.feasibility else None)
     top = df[df["rank"] <= int(rk.get("top_k", 10))].sort_values("rank")
     pareto = pareto_table(df)
     base = baselines(prof, latency, system)
-    summ = split_summary(df, base, system)
     ident = metas["merge_meta.json"]["identity"]
     wp = stamp({"latency_source": base["device_a"]["time_source"], "workload": spec.workload}, ident, metas)
+    summ = {**split_summary(df, base, system), **beyond_boundaries(df, prof, latency, system, arrays, base, a.rdir,
+                                                                   stamp({}, ident, {"workload_profile.json": wp}))}
     write_csv(df, a.rdir / "boundaries.csv")
-    write_json({**pruning_summary(df, rk), "constraints": system.get("constraints"),     # one entry per boundary
-                "feasibility": {"file": a.feasibility, "arch": a.feasibility_arch} if a.feasibility else None},
-               a.rdir / "candidate_pruning.json", indent=None if len(df) > 10_000 else 2)
-    write_json(stamp(split_model(df, prof, latency, system), ident, {"workload_profile.json": wp}),
+    write_json(pruning_summary(df, rk, system, a.feasibility and {"file": a.feasibility, "arch": a.feasibility_arch}),
+               a.rdir / "candidate_pruning.json", indent=None if len(df) > 10_000 else 2)     # one entry per boundary
+    write_json(stamp(split_model(df, prof, latency, system, arrays), ident, {"workload_profile.json": wp}),
                a.rdir / "split_model.json", indent=None)    # compact, no NaN: the report's JSON.parse reads it
     write_csv(pareto, a.rdir / "pareto_export.csv")
-    with atomic_path(a.rdir / "split_candidates.tex") as tmp:
-        tmp.write_text(latex_table(top, Path(a.model).name))
+    write_latex(top, Path(a.model).name, a.rdir / "split_candidates.tex")
     write_json({**system, "source": a.system, "versions": versions()}, a.rdir / "system_config.json")
     write_json(stamp(summ, ident, {"workload_profile.json": wp}), a.rdir / "split_summary.json")
     write_json(wp, a.rdir / "workload_profile.json")
     print_summary(df, top, pareto, rk, summ)
+    print(beyond_lines(summ))
     print(f"wrote {a.rdir / 'boundaries.csv'}, split_summary.json and the rest")
 
 

@@ -3,27 +3,24 @@
 
 For each boundary (the top-k of boundaries.csv, or --boundary B ...) writes results/<stem>/splits/b<B>/:
 part1.onnx (graph inputs -> cut tensors), part2.onnx (cut tensors + the original inputs it needs -> graph
-outputs), cut out of stage 02's analysed graph (If/Loop/Scan bodies' outer-scope reads cross the cut like any
-input; types and shapes are the analysed ones), each with its own weights (external data reached by hardlink
-or copy), full.onnx, a standalone run_split.py, split_meta.json (model identity and input spec), the input
-spec's --inputs-npz as inputs.npz, a split-context diagram, and validation_report.json: full(x) against
-part2(part1(x)) with ONNX Runtime on the input spec's seeded random inputs (or --inputs-npz), with latencies.
-
-results/<stem>/validation_report.json holds every split folder on disk: the ones exported now and those an
-earlier run exported for the same model and input spec (this_run: false). Split folders of another model or
-input spec are removed (and listed). A boundary 07 pruned is exported when asked for, with 07's reason.
+outputs), cut out of stage 02's analysed graph with their own weights, full.onnx, a standalone run_split.py,
+split_meta.json, the input spec's --inputs-npz as inputs.npz, a split-context diagram, and
+validation_report.json: full(x) against part2(part1(x)) with ONNX Runtime on the input spec's inputs.
+Also 07's DAG optimum (splits/dag/, the same checks) and K-device pipelines (pipeline/<id>/part1..K.onnx,
+the parts run in turn against the whole model). results/<stem>/validation_report.json holds every split
+folder on disk (earlier runs' of the same model and input spec: this_run false); split folders of another
+model or input spec are removed. A boundary 07 pruned is exported when asked for, with 07's reason.
 """
 from pathlib import Path
 
 from lib import cli
 from lib.artifacts import read_csv, read_json, versions, write_json
-from lib.errors import StageError
-from lib.split.export import (SplitExporter, benchmark_set, closing_line, earlier_splits, export_one, progress,
-                              pruned_note, split_line, summary, sweep_stale)
+from lib.split.export import SplitExporter, benchmark_set, closing_line, earlier_splits, summary, sweep_stale
 from lib.onnx.inputs import InputSpec, value_hint
 from lib.onnx.loading import analysed
 from lib.provenance import stamp
 from lib.split.diagram import dot_program
+from lib.split.partition_export import beyond_reports, export_beyond, export_boundaries, read_node_set
 from lib.split.ranking import choose_boundaries, small_model_note
 
 
@@ -39,6 +36,8 @@ def add_flags(p) -> None:
     p.add_argument("--external-data", choices=["link", "copy"], default="link",
                    help="reach external weight data by hardlink (else copy; default) or always copy (a folder "
                         "onnx.load also accepts: it refuses hardlinked data)")
+    p.add_argument("--left-nodes", metavar="JSON", help="also export this node set on device A (a JSON list of node "
+                   "names, predecessor-closed) as splits/custom/, validated like the others")
     p.add_argument("--benchmark-set", metavar="DIR", help="also gather the splits, a benchmark_suite.py and the paper assets in DIR")
 
 
@@ -55,10 +54,7 @@ def main(argv=None):
     bd = read_csv(a.rdir, "boundaries.csv", ("boundary", "after_node", "comm_bytes", "rank", "n_cut_tensors"))
     chosen = choose_boundaries(bd, a.boundary, a.top_k)
     run = stamp({}, metas["workload_profile.json"]["identity"], metas)
-    try:
-        previous = read_json(a.rdir, "validation_report.json")
-    except StageError:
-        previous = None
+    previous = read_json(a.rdir, "validation_report.json") if (a.rdir / "validation_report.json").exists() else None
     swept = sweep_stale(a.rdir, run["identity"])
     if swept["removed"]:
         print(f"removed split folders of another model or input spec: {', '.join(swept['removed'])}")
@@ -66,29 +62,22 @@ def main(argv=None):
             "hint": value_hint(an.light.model, an.spec), "inputs_npz": an.spec.inputs_npz}
     meta = {"identity": run["identity"], "run_id": run["run_id"], "input_shapes": an.shapes, "model": Path(a.model).name,
             "seed": an.spec.feed_seed()}
-    exporter = SplitExporter(a.model, an.graph, a.external_data) if chosen else None
-    feeds = an.feeds() if chosen else {}
-    reports = []
-    for k, b in enumerate(chosen, 1):
-        note = pruned_note(bd, b)
-        if note:
-            print(f"note: 07 pruned boundary {b} ({note}); exported because --boundary asked for it")
-        progress(k, len(chosen), f"boundary {b} (after {an.graph.names[b]}): export, validate")
-        reports.append({**export_one(exporter, b, a.rdir / "splits" / f"b{b}", feeds, opts, meta),
-                        **({"pruned_by_07": note} if note else {})})
-        print(split_line(reports[-1]))
+    custom = read_node_set(a.left_nodes, an.graph) if a.left_nodes else None     # refused before any export
+    exporter, feeds = SplitExporter(a.model, an.graph, a.external_data), an.feeds()
+    reports = export_boundaries(exporter, bd, chosen, a.rdir, feeds, opts, meta)
+    beyond = export_beyond(exporter, a.rdir, feeds, opts, meta, custom)     # splits/dag, splits/custom, pipeline/<id>
     kept = earlier_splits(a.rdir, run["identity"], previous, set(chosen))
     splits = sorted(reports + kept, key=lambda r: r["boundary"])
     s = summary(splits)
     write_json({**run, **s, "atol": a.atol, "rtol": a.rtol, "this_run": chosen,
                 "kept_from_earlier_runs": [r["boundary"] for r in kept], "removed_folders": swept["removed"],
-                "folders_without_meta": swept["without_meta"], "splits": splits, "versions": versions()},
+                "folders_without_meta": swept["without_meta"], "splits": splits, **beyond, "versions": versions()},
                a.rdir / "validation_report.json")
     if a.benchmark_set:
         benchmark_set(Path(a.benchmark_set), a.rdir, [a.rdir / "splits" / f"b{b}" for b in chosen])
         print(f"benchmark set in {a.benchmark_set}: python {Path(a.benchmark_set) / 'benchmark_suite.py'}")
     print(closing_line(reports, kept, s, a.atol, a.rdir / "validation_report.json", small_model_note(len(an.graph.nodes))))
-    return 0 if all(r["pass"] is True for r in reports) else 1
+    return 0 if all(r["pass"] is True for r in reports + beyond_reports(beyond)) else 1
 
 
 if __name__ == "__main__":

@@ -2,12 +2,15 @@
 """Stage 11: one self-contained page per model, results/<stem>/report.html, and results/index.html.
 
 The report answers, section by section: summary (model, inputs, latency and its spread, kernel-time coverage,
-MACs, FLOPs, weights, peak activation memory, host), where the time goes (top nodes with their layer names,
-op classes, compute- vs memory-bound share of time), an interactive roofline, the critical path, energy (both
-models, each assumption named), offload candidates (Amdahl with the S_k used), two-device splits (advice
-against the all-on-A / all-on-B baselines, throughput, every exported split with its diagram and
-validation) and a what-if panel that re-runs stage 07's split model in the page for other link and device
-figures. A section whose artifacts are missing says which stage to run. Artifacts that do not belong
+MACs, FLOPs, weights, peak activation memory, host), the graph (laid out top to bottom by Graphviz dot, or by
+grandalf without it: shapes on the edges, time share as fill, roofline bound as border, the critical path,
+fused groups and the chosen split drawn over it; collapsed by layer name scope above --graph-collapse-above
+nodes), where the time goes (top nodes with their layer names, op classes, compute- vs memory-bound share of
+time), an interactive roofline, the critical path, energy (each figure with its method: counter, power x time
+with whose power, component model), offload candidates (Amdahl with the S_k used), two-device splits (advice
+against the all-on-A / all-on-B baselines, throughput, every exported split with its diagram and validation)
+and a what-if panel that re-runs stage 07's split model in the page for other link and device figures.
+A section whose artifacts are missing says which stage to run. Artifacts that do not belong
 together (another model, other inputs, an older run) are refused. Plotly's JavaScript is embedded once: the
 file opens from disk, with no network. Also writes report_meta.json (what was read) and regenerates the index
 of every analysed model next to the results folder.
@@ -26,15 +29,19 @@ def main(argv=None):
     p.add_argument("--top-nodes", type=int, default=15, help="nodes in the top-by-time table (default: %(default)s)")
     p.add_argument("--index", metavar="HTML", help="the all-models page (default: results/index.html, when the "
                    "results folder is results/<stem>/)")
+    p.add_argument("--graph-layout", choices=["dot", "grandalf"], help="the graph section's layout library (default: "
+                   "Graphviz dot when installed, else grandalf)")
+    p.add_argument("--graph-collapse-above", type=int, default=500, metavar="N", help="collapse the graph section by "
+                   "layer name scope above N nodes (default: %(default)s)")
     p.add_argument("--no-index", action="store_true", help="do not regenerate the all-models page")
     p.add_argument("--screenshots", metavar="DIR", help="also save a PNG of each section in DIR (headless chromium via "
                    "Playwright; both must be installed)")
     a = cli.parse(p, argv)
-    if a.top_nodes < 1:
-        p.error("--top-nodes must be >= 1")
+    if a.top_nodes < 1 or a.graph_collapse_above < 1:
+        p.error("--top-nodes and --graph-collapse-above must be >= 1")
     t0 = time.perf_counter()
     light = a.model     # a path: the graph hash is read only when the file changed since 02 (provenance.graph_hash)
-    html, info = build(a.rdir, light, a.top_nodes)
+    html, info = build(a.rdir, light, a.top_nodes, (a.graph_layout, a.graph_collapse_above))
     out = a.rdir / "report.html"
     with atomic_path(out) as tmp:
         tmp.write_text(html, encoding="utf-8")

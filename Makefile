@@ -119,7 +119,7 @@ $(R)/plots/.done: $(R)/ops_profile.csv $(R)/critical_path.csv $(R)/energy.csv $(
 
 # 11: one self-contained page per model (and results/index.html across models), after everything else
 $(R)/report.html: $(R)/plots/.done $(R)/validation_report.json $(R)/critical_path.csv $(R)/energy.csv \
-		11_report.py $(LIB) lib/report/templates/report.html.j2
+		11_report.py $(LIB) $(wildcard lib/report/templates/*.j2)
 	$(PY) 11_report.py --model $(MODEL) --results $(R)
 
 # stage 09 on a PyTorch model (any torchvision name, or pkg.module:factory), then its plots

@@ -4,7 +4,7 @@ MACs per op type on the same model files.
 
     .venv/bin/python bench/peer_onnx_tool.py [--models vit_b_16 resnet50 ...] [--repeats 3] [--skip-peer]
                                              [--skip-big] [--big] [--peer-timeout 900] [--json OUT]
-                                             [--project-dir DIR] [--baseline-dir DIR] [--no-macs] [--record]
+                                             [--project-dir DIR] [--baseline REV|DIR] [--no-macs] [--record]
     .venv/bin/python bench/peer_onnx_tool.py --report OUT.json     # print the tables again, measure nothing
 
 Per model, each measured as its own process under /usr/bin/time -v (wall = median of --repeats runs, peak RSS
@@ -12,8 +12,9 @@ Per model, each measured as its own process under /usr/bin/time -v (wall = media
   - this project: `02_shapes_flops_bytes.py --model M --results <tmp>` (+ `--preset llm-128` for the Hugging
     Face exports); on the synthetic graphs also `03_merge_profile_metrics.py` and `07_split_candidates.py` after it
     (07 reads 03's table; "07" below is 03 + 07, with 03's part and 07 alone shown), summed with 02; one process
-    per stage. With --baseline-dir, the same stages of another checkout (a `git archive` of the commit before a
-    change) are timed in the same runs, interleaved, and shown side by side with this one's ("before and after");
+    per stage. With --baseline REV (a commit of this repository, extracted with `git archive`, or a checkout's
+    folder), the same stages of that code are timed in the same runs, interleaved, and shown side by side with
+    this one's ("before and after");
   - onnx-tool: the body of `onnx_tool.model_profile` (load, reorder, shape_infer, profile, per-node CSV),
     inlined in a small driver so that its phases are timed too, run in its own venv bench/.venv-onnx-tool
     (created on first use, pinned below; never a project dependency); killed after --peer-timeout seconds;
@@ -280,7 +281,7 @@ def measure_model(name: str, path: Path, a, peer_ok: bool, tmp: Path) -> dict:
         rec["external_data_gb"] = data.stat().st_size / 1e9
     peer_alive = peer_ok
     for r in range(a.repeats):
-        checkouts = [("s", Path(a.project_dir), res)] + ([("b", Path(a.baseline_dir), tmp / f"base_{name}")]
+        checkouts = [("s", Path(a.project_dir), res)] + ([("b", a.baseline_dir, tmp / f"base_{name}")]
                                                          if a.baseline_dir else [])
         for prefix, proj, out in checkouts[::1 if r % 2 == 0 else -1]:      # alternate which goes first
             r02, r07 = time_stages(proj, path, out, spec.get("extra", []), bool(spec.get("synthetic")))
@@ -740,7 +741,7 @@ def summary_table(recs: dict, peer_ok: bool) -> list[str]:
 
 
 def before_after(recs: dict, baseline: str | None) -> list[str]:
-    """This checkout against --baseline-dir's, timed in the same runs (medians; 02, and 02 + 03 + 07 on the
+    """This checkout against --baseline's, timed in the same runs (medians; 02, and 02 + 03 + 07 on the
     synthetic graphs)."""
     rows = []
     for name, rec in recs.items():
@@ -799,18 +800,20 @@ def report(out: dict, tiny_printed: bool = False) -> list[str]:
     for name, rec in out["models"].items():
         if rec.get("macs_by_op"):
             print_macs(name, rec["macs_by_op"])
-    loads = [r["load1"] for rec in out["models"].values() for k in ("s02", "s07", "peer", "floor")
+    loads = [r["load1"] for rec in out["models"].values() for k in KINDS
              for r in rec.get(k, []) if r.get("load1") is not None]
     busy = (f"; 1-min load average when the runs started: median {statistics.median(loads):.1f}, max "
             f"{max(loads):.1f} on {out.get('cpus')} CPUs" if loads else "")
-    print("\n## Summary (medians of %d runs; wall time, peak RSS%s)\n" % (out["repeats"], busy))
+    head = "Summary (medians of %d runs; wall time, peak RSS%s)" % (out["repeats"], busy)
+    print(f"\n## {head}\n")
     lines = summary_table(out["models"], peer_ok)
     print("\n".join(lines))
-    ba = before_after(out["models"], out.get("baseline_dir"))
+    lines = [head + ":", ""] + lines
+    ba = before_after(out["models"], out.get("baseline") or out.get("baseline_dir"))
     if ba:
         print("\nBefore and after, in the same runs (wall time, peak RSS; medians):\n")
         print("\n".join(ba))
-        lines += [""] + ba
+        lines += ["", "Before and after, in the same runs (wall time, peak RSS; medians):", ""] + ba
     lin = linearity(out["models"])
     if lin:
         print("\nLinearity on the synthetic graphs (seconds per 10k nodes; flat = linear):\n")
@@ -838,15 +841,28 @@ def parse_args() -> argparse.Namespace:
                    help="seconds before an onnx-tool run is killed and reported as '> N s (killed)' (default 900)")
     p.add_argument("--project-dir", default=str(REPO), metavar="DIR",
                    help="checkout whose 02/03/07 stage scripts are timed (default: this one); run with this repo's .venv")
-    p.add_argument("--baseline-dir", metavar="DIR",
-                   help="another checkout (a `git archive` of an earlier commit) whose 02/03/07 are timed in the same "
-                        "runs, interleaved with this one's: the before-and-after table")
+    p.add_argument("--baseline", metavar="REV|DIR",
+                   help="a commit of this repository (or a checkout's folder) whose 02/03/07 are timed in the same runs, "
+                        "interleaved with this one's: the before-and-after table")
     p.add_argument("--no-macs", action="store_true", help="skip the MAC comparison (timings only)")
     p.add_argument("--json", metavar="OUT", help="save every figure (all runs, medians, MAC tables) as JSON")
     p.add_argument("--record", action="store_true",
                    help="write the summary tables to bench/RESULTS.md (bench/record.py), with date, commit and command")
     p.add_argument("--report", metavar="JSON", help="measure nothing: print the tables again from a saved --json")
     return p.parse_args()
+
+
+def baseline_checkout(rev: str | None, tmp: Path) -> Path | None:
+    """--baseline as a folder of stage scripts: the folder given, or the commit extracted with `git archive`."""
+    if rev is None or Path(rev).is_dir():
+        return rev and Path(rev).resolve()
+    out = tmp / "baseline"
+    out.mkdir()
+    arch = subprocess.run(["git", "-C", str(REPO), "archive", rev], capture_output=True)
+    if arch.returncode != 0:
+        sys.exit(f"error: --baseline {rev}: neither a folder nor a commit ({last_line(arch.stderr.decode())})")
+    subprocess.run(["tar", "-x", "-C", str(out)], input=arch.stdout, check=True)
+    return out
 
 
 def setup(a) -> dict:
@@ -862,7 +878,8 @@ def setup(a) -> dict:
     out["project_versions"] = r.stdout.strip()
     out["pythonpath"] = os.environ.get("PYTHONPATH")
     out["project_dir"] = str(Path(a.project_dir).resolve())
-    out["baseline_dir"] = str(Path(a.baseline_dir).resolve()) if a.baseline_dir else None
+    out["baseline_dir"] = a.baseline_dir and str(a.baseline_dir)
+    out["baseline"] = a.baseline
     # our modules load from bytecode, as the installed libraries (onnx, pandas) and the floor's do: under
     # PYTHONDONTWRITEBYTECODE=1 Python never writes lib/'s .pyc itself, and compiles it at every start
     for d in filter(None, (a.project_dir, a.baseline_dir)):
@@ -909,8 +926,9 @@ def main():
         models.remove("synth_200k")
     if a.big and "gpt2_wide" not in models:
         models.append("gpt2_wide")
-    out = setup(a)
     with tempfile.TemporaryDirectory(prefix="peer_onnx_tool_") as td:
+        a.baseline_dir = baseline_checkout(a.baseline, Path(td))
+        out = setup(a)
         measure_all(a, out, models, Path(td))
     for rec in out["models"].values():
         rec.pop("ours_ops", None)

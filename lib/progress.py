@@ -38,6 +38,14 @@ class Progress:
             return
         self.stream.flush()
 
+    def line(self, text: str) -> None:
+        """A whole line of its own (a result), below the updating line on a terminal, which goes on after it."""
+        if self.tty and self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.width = 0
+        self.stream.write(f"  {text}\n")
+        self.stream.flush()
+
     def done(self, summary: str = "") -> None:
         """Ends the updating line (a terminal) and prints the summary, if any, as a whole line."""
         if self.tty and self.width:

@@ -87,6 +87,38 @@ def build_sk_pipeline(path):
                 "StandardScaler + LogisticRegression: Scaler, LinearClassifier, Normalizer, ZipMap")
 
 
+def build_sk_columns(path):
+    """A pipeline over a table: 3 numeric columns (imputer, scaler) and 2 string columns (one-hot) into a random
+    forest; one graph input per column, the string ones tensor(string). 11 nodes: worth splitting."""
+    import pandas as pd
+    import skl2onnx
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType, StringTensorType
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+    rng = np.random.default_rng(0)
+    n = 300
+    df = pd.DataFrame({**{k: rng.standard_normal(n).astype(np.float32) for k in "abc"},
+                       "cat1": np.array(["u", "v", "w"])[rng.integers(0, 3, n)],
+                       "cat2": np.array(["x", "y"])[rng.integers(0, 2, n)]})
+    numeric = Pipeline([("impute", SimpleImputer()), ("scale", StandardScaler())])
+    pipe = Pipeline([("columns", ColumnTransformer([("num", numeric, ["a", "b", "c"]),
+                                                    ("cat", OneHotEncoder(), ["cat1", "cat2"])])),
+                     ("forest", RandomForestClassifier(20, max_depth=5, random_state=0))])
+    pipe.fit(df, (df.a + df.b > 0).astype(int))
+    types = [(k, FloatTensorType([None, 1])) for k in "abc"] + [(k, StringTensorType([None, 1])) for k in ("cat1", "cat2")]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(to_onnx(pipe, initial_types=types), str(path))
+    feeds = {k: df[[k]].to_numpy()[:ROWS].astype(np.float32 if k in "abc" else str) for k in df.columns}
+    return _facts(path, "sklearn_pipeline", f"skl2onnx=={skl2onnx.__version__}", feeds, 0,
+                  "ColumnTransformer (SimpleImputer + StandardScaler on 3 columns, OneHotEncoder on 2 string columns) "
+                  "+ RandomForestClassifier: Imputer, Scaler, OneHotEncoder, Concat, TreeEnsembleClassifier, ZipMap; "
+                  "npz string columns as numpy str arrays")
+
+
 def build_lgbm(path):
     import lightgbm
     import onnxmltools
@@ -165,5 +197,5 @@ def build_random_dynamo(path):
 
 BUILDERS = {"sk_logreg": build_sk_logreg, "sk_forest": build_sk_forest, "sk_forest_strings": build_sk_forest_strings,
             "sk_gboost": build_sk_gboost,
-            "sk_svm": build_sk_svm, "sk_pipeline": build_sk_pipeline, "lgbm": build_lgbm, "ir3_logreg": build_ir3_logreg,
+            "sk_svm": build_sk_svm, "sk_pipeline": build_sk_pipeline, "sk_columns": build_sk_columns, "lgbm": build_lgbm, "ir3_logreg": build_ir3_logreg,
             "random_ts": build_random_ts, "random_dynamo": build_random_dynamo}

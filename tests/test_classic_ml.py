@@ -223,6 +223,21 @@ def test_string_labels_get_their_shapes(tmp_path):
     assert df.loc["ai.onnx.ml:TreeEnsembleClassifier", "dtype"] == "string"
 
 
+def test_string_inputs_from_an_npz(tmp_path):
+    """A categorical column (tensor(string), as skl2onnx declares it) given as numpy's str array: an npz cannot
+    hold object arrays, so str arrays stand for them; a number array is still refused."""
+    n = helper.make_node("CategoryMapper", ["cat"], ["code"], name="cm", domain=ML, cats_strings=["u", "v"],
+                         cats_int64s=[1, 2], default_int64=0)
+    path = tmp_path / "cm.onnx"
+    onnx.save(model([n], [vi("cat", [None, 1], TensorProto.STRING)], [vi("code", [None, 1], I64)], ml=1), str(path))
+    for name, arr, rc in (("ok", np.array([["u"], ["w"], ["v"]]), 0), ("bad", np.ones((3, 1), np.float32), 2)):
+        np.savez(tmp_path / f"{name}.npz", cat=arr)
+        r = run_stage("02_shapes_flops_bytes.py", "--model", path, "--results", tmp_path / name, "--inputs-npz",
+                      tmp_path / f"{name}.npz")
+        assert r.returncode == rc, r.stderr
+    assert "cat is float32, the model's input is object" in r.stderr
+
+
 def test_lightgbm_splits(tmp_path):
     """TreeEnsembleClassifier + ZipMap (sequence-of-maps output) through 02, 03, 07 and 08: 08 failed with
     "'list' object has no attribute 'astype'"; a 5-node model is too small to split, and the advice says so."""

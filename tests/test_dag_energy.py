@@ -1,11 +1,21 @@
-"""Critical path and stages on a hand-made DAG; Amdahl on known numbers."""
+"""Critical path and stages on a hand-made DAG; Amdahl on known numbers; energy with its method (RAPL counters
+read from a fake powercap tree: these machines have none)."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 import pytest
 from onnx import helper
 
-from conftest import make_model, tensor
+from conftest import REPO, make_model, run_stage, small_cnn, tensor
 from lib.analysis.dag import longest_path, stages, summary
-from lib.analysis.energy import amdahl, amdahl_multi
+from lib.analysis.energy import METHODS, amdahl, amdahl_multi, counter_energy, measure_counter, power_source, rapl_zones
+from lib.onnx.inputs import InputSpec
 from lib.onnx.graph import build_graph
 
 
@@ -44,3 +54,108 @@ def test_amdahl_known_numbers():
     assert amdahl(0.9, 1e12) == pytest.approx(10.0)                        # the serial 10% bounds it
     assert amdahl_multi([0.3, 0.2], [3.0, 2.0]) == pytest.approx(1 / 0.7)
     assert amdahl_multi([0.4], [4.0]) == pytest.approx(amdahl(0.4, 4.0))
+
+
+# ---------------------------------------------------------------- energy with its method: RAPL counters
+
+def fake_rapl(root: Path, start_uj: int = 0, max_uj: int = 2 ** 32) -> Path:
+    """A powercap tree as the kernel lays it out: a package zone, one of its sub-zones, an unrelated entry."""
+    zone = root / "intel-rapl:0"
+    (zone / "intel-rapl:0:0").mkdir(parents=True)
+    (root / "intel-rapl:0:0").symlink_to(zone / "intel-rapl:0:0")       # sub-zones also appear at the top
+    (root / "dtpm").mkdir()
+    (zone / "name").write_text("package-0\n")
+    (zone / "max_energy_range_uj").write_text(f"{max_uj}\n")
+    (zone / "intel-rapl:0:0" / "energy_uj").write_text("0\n")
+    set_uj(zone, start_uj)
+    return zone
+
+
+def set_uj(zone: Path, uj: int) -> None:
+    tmp = zone / ".energy_uj.tmp"                  # replaced whole: a reader never sees a half-written number
+    tmp.write_text(f"{uj % int((zone / 'max_energy_range_uj').read_text())}\n")
+    os.replace(tmp, zone / "energy_uj")
+
+
+def test_counter_energy_subtracts_idle_and_undoes_wraparound(tmp_path):
+    """Idle 2 W; each run 20 ms at idle power plus 50 mJ of its own: 50 mJ per run, not 90."""
+    zone = fake_rapl(tmp_path, start_uj=2 ** 32 - 30_000)                # wraps within the first window
+    assert rapl_zones(tmp_path) == [zone] and rapl_zones(tmp_path / "none") == []
+    state = {"uj": 2 ** 32 - 30_000, "t": 0.0}     # a clock of the test's own: exact figures, no waiting
+
+    def spend(s, j):
+        state["t"] += s
+        state["uj"] += round(j * 1e6)
+        set_uj(zone, state["uj"])
+
+    c = counter_energy(lambda: spend(0.02, 2.0 * 0.02 + 0.05), [zone], window_s=1.0,
+                       sleep=lambda s: spend(s, 2.0 * s), clock=lambda: state["t"])
+    assert c["method"] == "counter" and c["window_s"] >= 1.0 and c["runs"] in (50, 51)
+    assert c["idle_w"] == pytest.approx(2.0) and c["busy_w"] == pytest.approx(4.5)
+    assert c["energy_per_inference_j"] == pytest.approx(0.05)
+    assert c["zones"] == ["intel-rapl:0 (package-0)"]
+    assert counter_energy(lambda: None, [zone], window_s=1.0) is None           # a counter that never moves
+    assert power_source(None, 20.0, "configs/host.yaml", c)["source"] == "counter"
+    model, broken = tmp_path / "cnn.onnx", tmp_path / "broken.onnx"
+    small_cnn(model)
+    broken.write_bytes(b"not a model")
+    shapes = {"x": [1, 3, 32, 32]}                 # nothing writes the fake counter now: it does not move
+    assert measure_counter(model, shapes, InputSpec(), 1.0, root=tmp_path) == (None, "the counters did not move")
+    got, why = measure_counter(broken, shapes, InputSpec(), 1.0, root=tmp_path)
+    assert got is None and why.startswith("the counters were not read: ")
+    assert measure_counter(model, {}, InputSpec(), 1.0, skip=True) == (None, "--no-counter")
+    assert power_source(7.0, 20.0, "configs/host.yaml", c)["label"].startswith("7 W given by --avg-power-w")
+    assert "assumed in configs/host.yaml" in power_source(None, 20.0, "configs/host.yaml", None)["label"]
+
+
+def test_stage_05_uses_and_labels_the_counter(tmp_path):
+    """05 against a fake powercap tree whose counter follows the CPU time 05 spends (10 W per busy core): the
+    counter method is used and labelled in energy_meta.json, energy.csv names its methods, and the report too."""
+    model = tmp_path / "cnn.onnx"
+    small_cnn(model)
+    rdir = tmp_path / "results" / "cnn"
+    for script, args in (("02_shapes_flops_bytes.py", ["--model", model]), ("03_merge_profile_metrics.py", [])):
+        assert run_stage(script, *args, "--results", rdir).returncode == 0
+    zone = fake_rapl(tmp_path / "powercap")
+    env = {**os.environ, "NN_PERF_POWERCAP": str(tmp_path / "powercap")}
+    proc = subprocess.Popen([sys.executable, str(REPO / "05_energy_estimate.py"), "--model", str(model), "--results",
+                             str(rdir)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tick = os.sysconf("SC_CLK_TCK")
+    while proc.poll() is None:
+        try:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            set_uj(zone, int(10.0 * (int(fields[11]) + int(fields[12])) / tick * 1e6))
+        except (OSError, IndexError):
+            pass
+        time.sleep(0.005)
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err
+    meta = json.loads((rdir / "energy_meta.json").read_text())
+    assert meta["counter"]["method"] == "counter" and meta["counter"]["window_s"] >= 1.0
+    assert meta["power"]["source"] == "counter" and "RAPL" in meta["power"]["label"]
+    whole = meta["energy_per_inference"]
+    assert set(whole) == {"counter", "power x time", "component model"} and "idle baseline" in whole["counter"]["how"]
+    energy = pd.read_csv(rdir / "energy.csv")
+    assert set(energy["energy_method"]) == {"component model"} and set(energy["e_power_method"]) == {"power x time"}
+    assert set(energy["energy_method"]) | set(energy["e_power_method"]) <= set(METHODS)
+    assert "counter:" in out
+    r = run_stage("11_report.py", "--results", rdir, "--no-index")
+    assert r.returncode == 0, r.stderr
+    html = (rdir / "report.html").read_text()
+    assert "measured, whole inference only: RAPL intel-rapl:0 (package-0)" in html and "measured by the RAPL" in html
+
+
+def test_stage_05_without_counters_says_whose_power(tmp_path):
+    model = tmp_path / "cnn.onnx"
+    small_cnn(model)
+    rdir = tmp_path / "results" / "cnn"
+    for script, args in (("02_shapes_flops_bytes.py", ["--model", model]), ("03_merge_profile_metrics.py", []),
+                         ("05_energy_estimate.py", ["--model", model, "--avg-power-w", "12"])):
+        r = run_stage(script, *args, "--results", rdir, env={"NN_PERF_POWERCAP": str(tmp_path / "none")})
+        assert r.returncode == 0, r.stderr
+    meta = json.loads((rdir / "energy_meta.json").read_text())
+    assert meta["counter"] is None and meta["counter_status"] == "no readable RAPL zone"
+    assert meta["power"] == {"power_w": 12.0, "source": "--avg-power-w", "label": "12 W given by --avg-power-w (assumed)"}
+    assert set(meta["energy_per_inference"]) == {"power x time", "component model"}
+    r = run_stage("05_energy_estimate.py", "--model", model, "--results", rdir, "--counter-window-s", "0.5")
+    assert r.returncode == 2 and "--counter-window-s" in r.stderr and "Traceback" not in r.stderr

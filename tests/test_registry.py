@@ -61,6 +61,10 @@ def test_op_facts_are_registry_flags():
     assert {"DequantizeLinear", "Cast", "Transpose"} <= names_with("stored_chain")
     assert {"RandomNormal", "Bernoulli"} <= names_with("random")
     assert names_with("reads_shape") == {"Shape", "Size"}
+    assert names_with("dtype_attribute") == names_with("random") | {"EyeLike"}
+    assert names_with("stored_chain") == names_with("rearranges") | {"DequantizeLinear", "QuantizeLinear", "Cast"}
+    assert {"ReduceSum", "GlobalAveragePool"} <= names_with("reduces") and "ArgMax" not in names_with("reduces")
+    assert names_with("qdq_fused") == {"Conv", "MatMul", "Gemm"}
     assert REGISTRY["com.microsoft:QGemm"].int8 and REGISTRY["If"].control_flow
 
 
@@ -92,6 +96,10 @@ def test_value_evaluators_live_in_the_entries():
     assert ev["Shape"](shape, [None], [1, 3, 224, 224])[0].tolist() == [3, 224, 224]
     concat = helper.make_node("Concat", ["a", "b"], ["c"], axis=0)
     assert ev["Concat"](concat, [i64(1), np.int64(5)], None)[0].tolist() == [1, 5]
+    # what an op that builds a tensor from a shape would allocate, known before building it
+    assert REGISTRY["ConstantOfShape"].made_elements([i64(1000, 1000)]) == 1_000_000
+    assert REGISTRY["Range"].made_elements([np.int64(0), np.int64(10), np.int64(3)]) == 4
+    assert REGISTRY["Tile"].made_elements([i64(1, 2), i64(3)]) == 6 and REGISTRY["Add"].made_elements is None
 
 
 def test_docs_flags_table_is_the_registry():

@@ -10,12 +10,19 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, run_stage, small_cnn
+import onnx
+import onnxruntime as ort
+from onnx import helper
+
+from conftest import REPO, make_model, run_stage, small_cnn, tensor
+from lib.report.graph import graph_section, scopes, views
+from lib.report.page import Artifacts
+from lib.report.layout import layout_many
 
 CHROMIUM = os.environ.get("NN_PERF_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--disable-quic"]
-SECTIONS = ["summary", "time", "roofline", "critical-path", "energy", "offload", "splits", "what-if"]
+SECTIONS = ["summary", "graph", "time", "roofline", "critical-path", "energy", "offload", "splits", "what-if"]
 ARGS07 = ["--dedup-window", "0", "--min-compute-share", "0"]     # every boundary of the tiny CNN is a candidate
 
 
@@ -45,7 +52,7 @@ def built(tmp_path_factory):
     small_cnn(model)
     rdir = root / "results" / "cnn"
     r = stages(model, rdir)
-    assert "8 of 8 sections complete" in r.stdout, r.stdout
+    assert "9 of 9 sections complete" in r.stdout, r.stdout
     return model, rdir
 
 
@@ -90,6 +97,7 @@ def test_missing_artifacts_are_named_not_fatal(tmp_path):
     assert "07_split_candidates.py" in meta["splits"] and "07_split_candidates.py" in meta["what-if"]
     html = (rdir / "report.html").read_text()
     assert html.count('class="missing"') >= 3 and "roofline time instead" in html
+    assert meta["graph"] == "ok" and "fill: share of <b>predicted</b> time" in html    # no profile: the legend says so
 
 
 def test_refuses_artifacts_that_do_not_belong_together(built, tmp_path):
@@ -214,3 +222,137 @@ def test_whatif_bandwidth_ranks_as_07_does(browser, built, tmp_path):
         "#wi-table tbody tr", "rows => rows.map(r => [0, Number(r.cells[1].textContent), 0])")] == order(default)
     assert errors == []
     page.close()
+
+
+# ---------------------------------------------------------------- the graph section
+
+
+def executed_shapes(model_path) -> dict[str, str]:
+    """Every node output's shape as ONNX Runtime computes it (each exposed as a graph output), as 'AxBxC'."""
+    m = onnx.load(str(model_path))
+    outs = [o for nd in m.graph.node for o in nd.output if o]
+    m.graph.output.extend([onnx.ValueInfoProto(name=o) for o in outs if o not in {x.name for x in m.graph.output}])
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = {i.name: np.random.default_rng(0).standard_normal(i.shape).astype(np.float32) for i in sess.get_inputs()}
+    names = [o.name for o in sess.get_outputs()]
+    return {n: "x".join(map(str, v.shape)) for n, v in zip(names, sess.run(names, feed))}
+
+
+def test_graph_section_draws_every_node_and_shape(browser, built):
+    model, rdir = built
+    page, errors = open_report(browser, rdir / "report.html")
+    nodes = pd.read_csv(rdir / "ops_metrics.csv")["node"].tolist()
+    drawn = page.eval_on_selector_all("#graph [data-node]", "els => els.map(e => e.dataset.node)")
+    assert sorted(drawn) == sorted(nodes)                       # every node, once (9 nodes: drawn whole)
+    edges = page.eval_on_selector_all("#graph .gedge", "els => els.map(e => [e.dataset.tensor, e.dataset.shape])")
+    m = onnx.load(str(model))
+    consumed = {(t, nd.name) for nd in m.graph.node for t in nd.input if t not in {i.name for i in m.graph.initializer}}
+    assert len(edges) == len(consumed) == 10                    # x -> conv1, 8 node-to-node edges, r1 twice (skip)
+    shapes = executed_shapes(model) | {"x": "1x3x32x32"}
+    assert all(shape == shapes[t] for t, shape in edges), edges
+    # the critical path's edges (04) and the chosen split's cut edges (07) are drawn over it
+    cp = pd.read_csv(rdir / "critical_path.csv")["node"].tolist()
+    assert page.locator("#graph .gedge.crit").count() == len(cp) - 1 and page.locator("#graph .gedge.cut").count() >= 1
+    assert page.locator("#graph .fused-box").count() >= 1      # ORT fused bn1 (and relu1) into conv1's kernel
+    page.click('#graph [data-node="conv2"]')
+    row = dict(page.eval_on_selector_all("#graph-row tr", "rs => rs.map(r => [r.cells[0].textContent, r.cells[1].textContent])"))
+    prof = pd.read_csv(rdir / "ops_profile.csv").set_index("node").loc["conv2"]
+    assert row["node"] == "conv2" and row["op"] == "Conv" and row["bound"] == prof["bound"]
+    assert row["FLOPs"] == f"{prof['flops'] / 1e6:.3g} MFLOP" and row["output shapes"] == shapes["c2"]
+    page.fill("#graph-search", "relu")
+    assert page.locator("#graph .gnode.hit").count() == 2 and "2 match" in page.inner_text("#graph-hits")
+    for _ in range(4):
+        page.click("#graph-zoom-in")                            # 2.4x: taller than the canvas
+    page.locator("#graph-canvas").scroll_into_view_if_needed()
+    box = page.locator("#graph-canvas").bounding_box()
+    x, y = box["x"] + box["width"] - 30, box["y"] + box["height"] - 30    # the background, right of the drawing
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x, y - 200, steps=4)
+    page.mouse.up()
+    assert page.evaluate("() => document.getElementById('graph-canvas').scrollTop") == pytest.approx(200, abs=2)
+    assert errors == []
+    page.close()
+
+
+def scoped_chain(path, blocks: int = 3, per: int = 4):
+    """A chain of Relu nodes named as a TorchScript export names them: /blk{b}/act{k}/Relu; batch symbolic."""
+    nodes, x = [], "x"
+    for b in range(blocks):
+        for k in range(per):
+            y = f"t{b}_{k}"
+            nodes.append(helper.make_node("Relu", [x], [y], name=f"/blk{b}/act{k}/Relu"))
+            x = y
+    return make_model(nodes, [tensor("x", ["batch", 8])], [tensor(x, ["batch", 8])], path=path)
+
+
+def test_graph_collapses_by_scope_and_opens_on_click(browser, tmp_path):
+    model = tmp_path / "chain.onnx"
+    scoped_chain(model)
+    rdir = tmp_path / "results" / "chain"
+    r = run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", rdir, "--shape-override", "x=3x8")
+    assert r.returncode == 0, r.stderr
+    r = run_stage("11_report.py", "--results", rdir, "--no-index", "--graph-collapse-above", "5")
+    assert r.returncode == 0, r.stderr
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto((rdir / "report.html").resolve().as_uri(), wait_until="load")
+    assert "Collapsed by layer name scope" in page.inner_text("#graph")
+    groups = page.eval_on_selector_all("#graph .ggroup text:first-of-type", "els => els.map(e => e.textContent)")
+    assert groups == ["blk0 (4)", "blk1 (4)", "blk2 (4)"]
+    assert page.locator("#graph [data-node]").count() == 0
+    # the symbolic batch as 02 resolved it (--shape-override x=3x8): graph input -> blk0 -> blk1 -> blk2
+    assert page.eval_on_selector_all("#graph .gedge", "els => els.map(e => e.dataset.shape)") == ["3x8"] * 3
+    page.click("#graph .ggroup >> nth=1")                       # blk1's box opens into its four nodes
+    got = page.eval_on_selector_all("#graph [data-node]", "els => els.map(e => e.dataset.node)")
+    assert got == [
+        f"/blk1/act{k}/Relu" for k in range(4)]
+    page.click("#graph-crumbs a")
+    assert page.locator("#graph .ggroup").count() == 3
+    page.fill("#graph-search", "act2")                          # found inside closed boxes; a result opens its box
+    assert page.locator("#graph .ggroup.hit").count() == 3
+    page.click("#graph-results li >> nth=2")
+    assert page.locator('#graph .gnode.sel[data-node="/blk2/act2/Relu"]').count() == 1
+    page.close()
+
+
+def test_scopes_and_layout_engines():
+    names = [f"/a/a.{k // 3}/op{k}/Relu" for k in range(9)] + ["tail"]
+    sc = scopes(names, [""] * 10)
+    assert sc[0] == ["a", "a.0", "op0"] and sc[9] == []
+    vs = views(sc, threshold=4)                 # the root: box 'a' and node 9; 'a' (9 nodes): boxes a.0, a.1, a.2
+    assert vs[0]["items"] == [("g", 1), ("n", 9)] and vs[1]["label"] == "a" and len(vs) == 5
+    assert [vs[ref]["label"] for k, ref in vs[1]["items"]] == ["a.0", "a.1", "a.2"]
+    assert vs[2]["items"] == [("n", 0), ("n", 1), ("n", 2)] and vs[2]["parent"] == 1
+    assert scopes(["c", "n1", "n2"], ["", "a.b", "a"], succs=[[1], [2], []]) == [["a", "a.b"], ["a", "a.b"], ["a"]]
+    flat = views([[]] * 450, threshold=200)                    # no scope at all: runs of 200 nodes
+    assert [vs_["label"] for vs_ in flat[1:]] == ["nodes 0-199", "nodes 200-399", "nodes 400-449"]
+    sizes, edges = [(80.0, 28.0)] * 4, [(0, 1, "1x8"), (0, 2, "1x8"), (1, 3, "1x8"), (2, 3, "1x8")]
+    for name in ("dot", "grandalf") if shutil.which("dot") else ("grandalf",):
+        (lay,) = layout_many([(sizes, edges)], name)
+        ys = [b[1] for b in lay.boxes]
+        assert ys[0] < ys[1] == ys[2] < ys[3], name             # layered, top to bottom
+        assert all(0 <= b[0] - b[2] / 2 and b[0] + b[2] / 2 <= lay.w + 1 for b in lay.boxes), name
+        assert len(lay.paths) == 4 and all(p[0].startswith("M") for p in lay.paths)
+
+
+def test_without_graphviz_the_graph_is_laid_out_by_grandalf(built, tmp_path):
+    """No dot on PATH: the default falls back to grandalf (same sections, every node laid out); asking for dot is a
+    clean one-line error (exit 2)."""
+    model, rdir = built
+    copy = tmp_path / "cnn"
+    shutil.copytree(rdir, copy, ignore=shutil.ignore_patterns("splits"))
+    env = {"PATH": str(tmp_path)}                              # python runs by its full path; no dot on this PATH
+    r = run_stage("11_report.py", "--results", copy, "--no-index", env=env)
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((copy / "report_meta.json").read_text())["graph"]
+    too_big = graph_section(Artifacts(copy), max_nodes=8)      # above the cap: said, not drawn
+    assert not too_big["ok"] and too_big["missing"].startswith("the graph has 9 nodes, more than 8: not drawn")
+    assert meta["engine"].startswith("grandalf") and meta["n"] == 9 and not meta["collapsed"]
+    html = (copy / "report.html").read_text()
+    data = json.loads(html.split('id="graph-data">', 1)[1].split("</script>", 1)[0])
+    assert sorted(it[1] for it in data["views"][0]["items"] if it[0] == "n") == list(range(9))
+    r = run_stage("11_report.py", "--results", copy, "--no-index", "--graph-layout", "dot", env=env)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "needs Graphviz" in lines[0] and "Traceback" not in r.stderr
+    r = run_stage("11_report.py", "--results", copy, "--no-index", "--graph-collapse-above", "0")
+    assert r.returncode == 2 and "--graph-collapse-above" in r.stderr

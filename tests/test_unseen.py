@@ -70,6 +70,10 @@ def test_gru_with_only_its_zero_state_given(gru, tmp_path):
     feeds = make_feeds(onnx.load(str(model)), {"x": [128, 3, 8], "h0": [1, 3, 16]}, InputSpec(inputs_npz=str(npz)))
     assert np.array_equal(feeds["x"], used["x"]) and feeds["h0"] is not None
     assert "random ['x'] (seed 0)" in json.loads((split / "validation_report.json").read_text())["inputs"]
+    np.savez(tmp_path / "stray.npz", h0=used["h0"], c0=used["h0"])          # the runner refuses a stray entry too
+    r = subprocess.run([sys.executable, "run_split.py", "--inputs-npz", str(tmp_path / "stray.npz")], cwd=split,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "['c0'], which name no input" in r.stderr, r.stderr
 
 
 def inside_encoder(bd):

@@ -1,16 +1,160 @@
-"""Energy attribution (power model: assumed P_avg x measured latency; component model: FLOPs and bytes x
-energy per op), offload kernel candidates, Amdahl speed-ups."""
+"""Energy, each figure with its method: `counter` (RAPL energy counters under /sys/class/powercap, read over a
+window of at least 1 s of repeated runs, idle baseline subtracted: whole inferences only), `power x time` (a power
+figure, whose is named: the counter's, --avg-power-w or host.yaml's assumed watts, times a time) and `component
+model` (FLOPs x e_flop + bytes x e_byte). Per-node energy is never measured: a counter sees the whole package.
+Also offload kernel candidates and Amdahl speed-ups."""
 from __future__ import annotations
 
+import os
+import re
+import time
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pandas as pd
 
-from lib.artifacts import load_yaml
+from lib.artifacts import REPO, load_yaml
 from lib.errors import StageError
 from lib.host import per_dtype
 from lib.analysis.roofline import known_or_zero, node_bytes
+from lib.onnx.inputs import InputSpec, make_feeds
+
+
+POWERCAP = "/sys/class/powercap"
+POWERCAP_ENV = "NN_PERF_POWERCAP"      # another root (a test's fake sysfs tree)
+METHODS = ("counter", "power x time", "component model")
+ZONE = re.compile(r"^intel-rapl:\d+$")   # a package zone (its sub-zones, intel-rapl:0:0 ..., are inside it)
+
+
+def rapl_zones(root: str | Path | None = None) -> list[Path]:
+    """The readable RAPL package zones (AMD's kernels expose theirs under the same name), [] when none."""
+    root = Path(root or os.environ.get(POWERCAP_ENV) or POWERCAP)
+    try:
+        zones = sorted(z for z in root.iterdir() if ZONE.match(z.name))
+    except OSError:
+        return []
+    ok = []
+    for z in zones:
+        try:
+            int((z / "energy_uj").read_text())
+            ok.append(z)
+        except (OSError, ValueError):
+            pass                                # present but not readable (root only, on most kernels)
+    return ok
+
+
+def _read_uj(zones: list[Path]) -> list[int]:
+    return [int((z / "energy_uj").read_text()) for z in zones]
+
+
+def _delta_j(zones: list[Path], before: list[int], after: list[int]) -> float:
+    """Joules between two readings, each zone's wrap-around (at max_energy_range_uj) undone."""
+    total = 0
+    for z, a, b in zip(zones, before, after):
+        if b < a:                               # unreadable range: ValueError/OSError, the reading is dropped
+            b += int((z / "max_energy_range_uj").read_text())
+        total += b - a
+    return total * 1e-6
+
+
+def counter_energy(run, zones: list[Path], window_s: float = 1.0, sleep=time.sleep,
+                   clock=time.perf_counter) -> dict | None:
+    """Energy per call of run() from the counters: idle power over window_s, then run() repeated for at least
+    window_s; (busy joules - idle W x busy seconds) / runs. None when the counters did not move."""
+    run()                                       # warm-up, unmeasured
+    e0, t0 = _read_uj(zones), clock()
+    sleep(window_s)
+    e1, t1 = _read_uj(zones), clock()
+    idle_w = _delta_j(zones, e0, e1) / (t1 - t0)
+    runs, b0, s0 = 0, _read_uj(zones), clock()
+    while runs == 0 or clock() - s0 < window_s:
+        run()
+        runs += 1
+    b1, s1 = _read_uj(zones), clock()
+    busy_j, busy_s = _delta_j(zones, b0, b1), s1 - s0
+    if busy_j <= 0:
+        return None
+    per_run = (busy_j - idle_w * busy_s) / runs
+    return {"method": "counter", "energy_per_inference_j": per_run, "runs": runs, "window_s": busy_s,
+            "idle_w": idle_w, "busy_w": busy_j / busy_s, "above_idle_w": busy_j / busy_s - idle_w,
+            "zones": [f"{z.name} ({_zone_name(z)})" for z in zones]}
+
+
+def measure_counter(model_path, shapes: dict, spec: InputSpec, window_s: float, skip: bool = False,
+                    root: str | Path | None = None) -> tuple[dict | None, str]:
+    """The model's energy per inference from the RAPL counters (ORT on the CPU, the inputs of the recorded spec),
+    and what happened: 'read', '--no-counter', 'no readable RAPL zone', or why the reading failed."""
+    zones = [] if skip else rapl_zones(root)
+    if skip or not zones:
+        return None, "--no-counter" if skip else "no readable RAPL zone"
+    try:
+        model = onnx.load(str(model_path), load_external_data=False)
+        feeds = make_feeds(model, shapes, spec)
+        sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+        counter = counter_energy(lambda: sess.run(None, feeds), zones, window_s)
+    except Exception as e:  # noqa: BLE001 - ORT's errors, an unreadable counter: 05 goes on without the counter
+        return None, f"the counters were not read: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}"
+    return counter, "read" if counter else "the counters did not move"
+
+
+def whole_model(energy: pd.DataFrame, power: dict, counter: dict | None, t_total_us: float, source: str) -> dict:
+    """Energy per inference by each method that applies, each naming how it was obtained."""
+    out = {"component model": {"energy_j": float(energy["e_total_j"].sum()),
+                               "how": "FLOPs x e_flop(dtype) + bytes x e_byte (host config), summed over nodes"}}
+    if t_total_us > 0:
+        out["power x time"] = {"energy_j": power["power_w"] * t_total_us * 1e-6, "power": power["label"],
+                               "how": f"power x the sum of node times ({source}, {t_total_us / 1e3:.3g} ms)"}
+    if counter is not None:
+        out["counter"] = {"energy_j": counter["energy_per_inference_j"], "how":
+                          f"RAPL {', '.join(counter['zones'])}: {counter['runs']} runs over {counter['window_s']:.2f} s, "
+                          f"idle baseline {counter['idle_w']:.3g} W subtracted (whole inference, whole package)"}
+    return out
+
+
+def print_report(energy, kernels, amd, whole: dict) -> None:
+    e_total = energy["e_total_j"].sum()
+    ec, emem = energy["e_compute_j"].sum(), energy["e_mem_j"].sum()
+    for method in ("counter", "power x time"):
+        if method in whole:
+            w = whole[method]
+            print(f"{method}: {w['energy_j'] * 1e3:.3g} mJ per inference ({w.get('power', '')}{'; ' if 'power' in w else ''}"
+                  f"{w['how']})")
+    share = (lambda x: f"{100 * x / e_total:.0f}%") if e_total > 0 else (lambda x: "n/a")  # noqa: E731
+    print(f"component model: {e_total * 1e3:.2f} mJ = compute {ec * 1e3:.2f} mJ ({share(ec)}) "
+          f"+ data movement {emem * 1e3:.2f} mJ ({share(emem)})")
+    print("kernels (op classes), by share of latency:")
+    for _, r in kernels.head(6).iterrows():
+        print(f"  {'*' if r['selected'] else ' '} {r['kernel']:<15} {r['ops']:4d} ops  {r['reason']}")
+    print("  (* = selected offload candidate)")
+    chosen = list(kernels.loc[kernels["selected"], "kernel"])
+    if chosen:
+        best = amd[amd["scenario"] == ("all selected" if len(chosen) > 1 else chosen[0])].iloc[0]
+        print(f"Amdahl, selected ({best['kernels']}): latency x{best['s_total_latency']:.2f} "
+              f"(f = {best['f_latency']:.2f}), energy x{best['s_total_energy']:.2f} (f = {best['f_energy']:.2f})")
+    else:
+        print("no kernel meets the criteria in configs/offload.yaml")
+
+
+def _zone_name(z: Path) -> str:
+    try:
+        return (z / "name").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def power_source(avg_power_w: float | None, host_w: float, host_config: str, counter: dict | None) -> dict:
+    """Whose power figure the power x time energies use: --avg-power-w, else the counter's measured power above
+    idle, else host.yaml's assumed watts."""
+    if avg_power_w is not None:
+        return {"power_w": avg_power_w, "source": "--avg-power-w", "label": f"{avg_power_w:g} W given by --avg-power-w (assumed)"}
+    if counter is not None and counter["above_idle_w"] > 0:
+        w = counter["above_idle_w"]
+        return {"power_w": w, "source": "counter", "label": f"{w:.3g} W measured by the RAPL counters above idle"}
+    path = Path(host_config).resolve()
+    name = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+    return {"power_w": host_w, "source": "host config", "label": f"{host_w:g} W assumed in {name} (avg_power_w)"}
 
 
 def load_offload(path: str | Path) -> dict:
@@ -45,6 +189,8 @@ def node_energy(prof: pd.DataFrame, host: dict, avg_power_w: float) -> pd.DataFr
     df["e_compute_j"] = prof["flops"].fillna(0.0) * e_flop
     df["e_mem_j"] = nbytes * e_byte
     df["e_total_j"] = df["e_compute_j"] + df["e_mem_j"]
+    df["energy_method"] = "component model"                      # of e_total_j (= e_compute_j + e_mem_j)
+    df["e_power_method"] = "power x time"                         # of e_power_j; whose power: energy_meta.json
     tot = df["e_total_j"].sum()
     df["pct_energy"] = 100.0 * df["e_total_j"] / tot if tot > 0 else np.nan
     return df

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from lib.latency.profiling import LAYOUT_KERNELS, _session, kernel_times, latenc
 from lib.onnx.inputs import resolve_input_shapes
 from lib.onnx.loading import graph_of, graph_of_path, prepare, spec_from
 from lib.onnx.metrics import node_metrics
+from lib.progress import Progress
 
 NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.uint8): TensorProto.UINT8,
               np.dtype(np.int8): TensorProto.INT8, np.dtype(np.int32): TensorProto.INT32,
@@ -818,6 +818,7 @@ def run_cases(case_list: list[Case], *, threads: int = 0, budget_s: float = 80.0
     per_case_s = budget_s / max(len(ids), 1)
     rows = []
     t_start = time.perf_counter()
+    prog = Progress("micro-benchmarks", total=len(ids)) if progress else None
     with tempfile.TemporaryDirectory(prefix="microbench_") as tmp:
         for i, (pid, c) in enumerate(ids):
             b = _build([(pid, c)], seed)
@@ -838,11 +839,10 @@ def run_cases(case_list: list[Case], *, threads: int = 0, budget_s: float = 80.0
             df["threads"] = threads
             df["is_case_node"] = df["node"] == pid
             rows.append(df)
-            if progress and (i % 10 == 9 or i == len(ids) - 1):
-                print(f"\r  micro-benchmarks: {i + 1}/{len(ids)} cases, {time.perf_counter() - t_start:.0f} s",
-                      end="", file=sys.stderr, flush=True)
-    if progress:
-        print(file=sys.stderr)
+            if prog:        # one updating line on a terminal, a whole line now and then in a log
+                prog.update(i + 1, c.label)
+    if prog:
+        prog.done(f"{len(ids)} cases in {time.perf_counter() - t_start:.0f} s")
     return pd.concat(rows, ignore_index=True)
 
 

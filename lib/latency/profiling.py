@@ -40,7 +40,7 @@ from lib.artifacts import atomic_path
 from lib.errors import StageError
 from lib.onnx.costs import node_cost
 from lib.onnx.graph import CONTROL_FLOW, Graph
-from lib.onnx.ops import is_mac_op, op_key
+from lib.onnx.ops import is_mac_op, names_with, op_key
 from lib.onnx.reader import attribute_subgraphs, read_light, strip_external_references
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
@@ -155,7 +155,7 @@ def _keep(trace: Path, optimized: Path, dest: Path) -> None:
 
 
 LAYOUT_KERNELS = {"ReorderInput", "ReorderOutput", "MemcpyFromHost", "MemcpyToHost"}
-MOVES = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten"}     # data movement, no arithmetic
+MOVES = names_with("rearranges")     # data movement, no arithmetic (the registry's flag)
 
 
 def _original_tensor(name: str, outputs: list[str], g: Graph, node_index: dict[str, int]) -> tuple[str | None, bool]:

@@ -33,6 +33,7 @@ from lib.host import load_host
 from lib.latency.latency_model import load_latency_model, peak_per_row, traffic_bytes
 from lib.latency.microbench import _graph_and_feeds_of_path, _input_shapes, node_times, profile_runs
 from lib.onnx.graph import load_model, real_inputs
+from lib.progress import Progress
 
 SWEEP_COLUMNS = ["batch", "rounds", "measured_us", "measured_mean_us", "measured_p10_us", "kernel_us", "predicted_us",
                  "predicted_kernel_us", "err_pct", "err_mean_pct", "uncontended_us", "cpu_share", "err_uncontended_pct", "throughput_per_s", "throughput_pred_per_s", "flops", "bytes", "weight_bytes",
@@ -207,14 +208,15 @@ def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_ov
     peaks, bw = model_roofline(model, host)
     workload = workload or str(CONFIGS / "workload.yaml")
     seen: dict[int, list[dict]] = {b: [] for b in batches}
+    prog = Progress("sweep", total=rounds * len(batches)) if progress else None
     with tempfile.TemporaryDirectory(prefix="sweep_") as tmp:
         for rnd in range(rounds):
             for b in batches:
                 ov = batch_overrides(model_path, b, user_overrides or [], workload, preset)
                 args = ["--workload", workload] + (["--preset", preset] if preset else []) + ["--shape-override", ov[0]]
-                if progress:
-                    print(f"  {f'round {rnd + 1}/{rounds}, ' if rounds > 1 else ''}batch {b}: {ov[0]} ...", end="",
-                          file=sys.stderr, flush=True)
+                if prog:
+                    prog.update(rnd * len(batches) + batches.index(b),
+                                f"{f'round {rnd + 1}/{rounds}, ' if rounds > 1 else ''}batch {b}: {ov[0]}")
                 rdir = Path(keep or tmp) / f"b{b}"
                 run_stages(model_path, rdir, args, runs=runs, threads=threads, costs=rnd == 0)
                 c = compare(rdir, model, peaks, bw)
@@ -223,12 +225,15 @@ def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_ov
                     u = measure_uncontended(model_path, ov, workload, preset, runs=runs, threads=threads)
                     c["uncontended_us"], c["cpu_share"] = u["cpu_us"], u["share"]
                 seen[b].append(c)
-                if progress:
-                    print(f" measured {c['measured_us'] / 1e3:.2f} ms (mean {c['measured_mean_us'] / 1e3:.2f}), "
-                          f"predicted {c['predicted_us'] / 1e3:.2f} ms "
-                          f"({100 * (c['predicted_us'] / c['measured_us'] - 1):+.1f}%)" + (
-                              f"; uncontended {c['uncontended_us'] / 1e3:.2f} ms (CPU share {c['cpu_share']:.2f})"
-                              if uncontended else ""), file=sys.stderr, flush=True)
+                if prog:            # each batch's result: one whole line (the updating line cleared first)
+                    prog.line(f"{f'round {rnd + 1}/{rounds}, ' if rounds > 1 else ''}batch {b}: measured "
+                              f"{c['measured_us'] / 1e3:.2f} ms (mean {c['measured_mean_us'] / 1e3:.2f}), "
+                              f"predicted {c['predicted_us'] / 1e3:.2f} ms "
+                              f"({100 * (c['predicted_us'] / c['measured_us'] - 1):+.1f}%)" + (
+                                  f"; uncontended {c['uncontended_us'] / 1e3:.2f} ms (CPU share {c['cpu_share']:.2f})"
+                                  if uncontended else ""))
+    if prog:
+        prog.done()
     return pd.DataFrame([_sweep_row(b, seen[b]) for b in batches], columns=SWEEP_COLUMNS)
 
 

@@ -69,6 +69,7 @@ def stored_bytes(g: Graph, consts: set[str]) -> tuple[dict[str, int], set[int]]:
 
 
 STORED_CHAIN = names_with("stored_chain")
+TYPED_BY_INPUT = names_with("typed_by_input")      # QuantizeLinear, Cast: the node's dtype is its input's
 
 
 def node_metrics(g: Graph, consts: set[str] | None = None) -> pd.DataFrame:
@@ -106,7 +107,7 @@ def _rows(g: Graph, consts: set[str]) -> list[list]:
             w += attribute_bytes(n)
             act_out = sequence_bytes(n, g) if act_out is None else act_out   # ZipMap: no tensor shape
         main = tget(outs[0]) if outs else None
-        if main is None or n.op_type in ("QuantizeLinear", "Cast"):
+        if main is None or n.op_type in TYPED_BY_INPUT:
             main = (tget(n.input[0]) if n.input else None) or main
         if len(outs) == 1:
             o = outs[0]

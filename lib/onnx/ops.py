@@ -38,6 +38,7 @@ class Op:
     weight_input: int | None = None     # MAC ops: the operand whose element type the MACs are done in
     evaluate: Callable | None = None    # f(node, input values, input shape) -> output values (shapes.py's
     #                                     static value propagation; None: onnx's reference evaluator)
+    made_elements: Callable | None = None   # f(input values) -> elements evaluate() would build (checked first)
     view: bool = False              # moves no data (its output is its input, reshaped): no traffic
     pick: bool = False              # reads about what it writes (Gather, Slice): traffic 2 x output
     int8: bool = False              # an integer kernel (the latency model's '<class>@int8' keys)
@@ -45,6 +46,11 @@ class Op:
     random: bool = False            # draws random numbers: never folded into a constant or propagated
     control_flow: bool = False      # runs subgraph bodies (If, Loop, Scan)
     reads_shape: bool = False       # reads its input's shape alone, never its values (Shape, Size)
+    dtype_attribute: bool = False   # its attribute `dtype` is its output's element type (validate checks it)
+    rearranges: bool = False        # moves or reshapes elements, no arithmetic, same element type
+    reduces: bool = False           # folds its input along axes (Reduce*, global pools)
+    typed_by_input: bool = False    # its output's element type is not the one it computes in: its input's is
+    qdq_fused: bool = False         # DequantizeLinear -> op -> QuantizeLinear runs as one integer kernel in ORT
 
 
 FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is generated from this)
@@ -55,6 +61,11 @@ FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is ge
     "random": "draws random numbers: never folded into a constant or propagated as a value",
     "control_flow": "runs subgraph bodies: the walk (lib/onnx/costs.py) costs them and hands over their totals",
     "reads_shape": "reads its input's shape alone: a source of shape arithmetic",
+    "dtype_attribute": "its attribute dtype is its output's element type: validation checks the op can make it",
+    "rearranges": "moves or reshapes elements, no arithmetic: ORT may run one as another (attribution)",
+    "reduces": "folds its input along axes: the longest such sum bounds a split's exactness check",
+    "typed_by_input": "computes in its input's element type, not its output's: the node's dtype column",
+    "qdq_fused": "fed by DequantizeLinear of 8-bit tensors, ORT runs it as an integer kernel (QLinearConv ...)",
 }
 REGISTRY: dict[str, Op] = {}
 
@@ -99,12 +110,13 @@ def alias(key: str, of: str) -> None:
     no value evaluator)."""
     if key in REGISTRY:
         raise ValueError(f"op {key} is registered twice")
-    REGISTRY[key] = dataclasses.replace(REGISTRY[of], key=key, evaluate=None)
+    REGISTRY[key] = dataclasses.replace(REGISTRY[of], key=key, evaluate=None, made_elements=None)
 
 
 def names_with(flag_name: str) -> frozenset[str]:
     """Op types (any domain) whose entry carries the flag: the sets that membership tests over op-type columns
-    and node tables use (e.g. `CONTROL_FLOW.isdisjoint(table.ops)`, in C at 200k nodes)."""
+    and node tables use (e.g. `CONTROL_FLOW.isdisjoint(table.ops)`, in C at 200k nodes). Complete once this
+    module is imported (it imports the modules that register more ops, lib/onnx/ops_ml.py, at its end)."""
     return frozenset(k.rpartition(":")[2] for k, op in REGISTRY.items() if getattr(op, flag_name))
 
 
@@ -370,12 +382,18 @@ register("If", "Loop", "Scan", op_class="control_flow", control_flow=True)(contr
 flag("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout", "Shape", "Size", view=True)
 flag("Shape", "Size", reads_shape=True)
 flag("Gather", "GatherElements", "GatherND", "Slice", pick=True)
-flag("DequantizeLinear", "QuantizeLinear", "Identity", "Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
-     "Flatten", stored_chain=True)
+flag("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten", rearranges=True, stored_chain=True)
+flag("DequantizeLinear", "QuantizeLinear", "Cast", stored_chain=True)
+flag("QuantizeLinear", "Cast", typed_by_input=True)
+flag("Conv", "MatMul", "Gemm", qdq_fused=True)
+flag("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp",
+     "ReduceLogSum", "ReduceMean", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", reduces=True)
 flag("ConvInteger", "QLinearConv", "MatMulInteger", "QLinearMatMul", "com.microsoft:QGemm",
      "com.microsoft:DynamicQuantizeMatMul", "com.microsoft:MatMulIntegerToFloat", "com.microsoft:QAttention",
      "com.microsoft:DynamicQuantizeLSTM", int8=True)
-flag("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", random=True)
+flag("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", random=True,
+     dtype_attribute=True)
+flag("EyeLike", dtype_attribute=True)
 
 
 # ---------------------------------------------------------------- value evaluators
@@ -439,6 +457,37 @@ for _key, _fn in {"Equal": np.equal, "Less": np.less, "Greater": np.greater, "Le
 for _key, _fn in {"Identity": lambda x: x, "Neg": np.negative, "Not": np.logical_not, "Abs": np.abs,
                   "Floor": np.floor, "Ceil": np.ceil, "Sqrt": np.sqrt}.items():
     evaluates(_key)(_unary(_fn))
+def _sizes(key: str):
+    """Decorator: the elements an op that builds a tensor from a shape would allocate, from its input values
+    (static value propagation checks it before evaluating: a huge ConstantOfShape is not built to be dropped)."""
+    def deco(fn):
+        REGISTRY[key] = dataclasses.replace(REGISTRY[key], made_elements=fn)
+        return fn
+    return deco
+
+
+@_sizes("ConstantOfShape")
+def _fill_elements(ins) -> int:
+    return math.prod(int(d) for d in np.ravel(ins[0]))
+
+
+@_sizes("Expand")
+def _expand_elements(ins) -> int:
+    return math.prod(np.broadcast_shapes(np.shape(ins[0]), tuple(int(d) for d in ins[1])))
+
+
+@_sizes("Tile")
+def _tile_elements(ins) -> int:
+    return int(np.size(ins[0])) * math.prod(int(r) for r in np.ravel(ins[1])) if len(ins) == 2 else 0
+
+
+@_sizes("Range")
+def _range_elements(ins) -> int:
+    if len(ins) != 3 or float(ins[2]) == 0:
+        return 0
+    return max(0, math.ceil((float(ins[1]) - float(ins[0])) / float(ins[2])))
+
+
 for _key, _fn in {
     "Shape": lambda n, ins, shape: [np.array(shape, dtype=np.int64)[_attr(n, "start", 0):_attr(n, "end", None)]],
     "Size": lambda n, ins, shape: [np.array(math.prod(shape), dtype=np.int64)],
@@ -493,4 +542,6 @@ def flags_table() -> str:
         lines.append(f"| {f} | {meaning} | {', '.join(sorted(k for k, op in REGISTRY.items() if getattr(op, f)))} |")
     evaluated = sorted(k for k, op in REGISTRY.items() if op.evaluate is not None)
     lines.append(f"| (evaluate) | a value evaluator for static value propagation | {', '.join(evaluated)} |")
+    sized = sorted(k for k, op in REGISTRY.items() if op.made_elements is not None)
+    lines.append(f"| (made_elements) | the elements its evaluator would build, checked first | {', '.join(sized)} |")
     return "\n".join(lines)

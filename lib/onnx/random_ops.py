@@ -8,14 +8,15 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
+from lib.onnx.ops import lookup
 from lib.onnx.reader import attribute_subgraphs
 
-RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial"}
 FIRST_SEED = 29.0      # seeds given: FIRST_SEED + k for the k-th unseeded random node, in graph order
 
 
 def _is_random(n: onnx.NodeProto) -> bool:
-    return n.op_type in RANDOM_OPS and n.domain in ("", "ai.onnx")
+    op = lookup(n)          # the registry's `random` flag (default domain: lookup keys by domain)
+    return op is not None and op.random
 
 
 def random_nodes(graph: onnx.GraphProto) -> list[str]:

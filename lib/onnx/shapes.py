@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import math
 import re
 import subprocess
 import sys
@@ -117,25 +116,12 @@ def _ort_symbolic(model: onnx.ModelProto) -> onnx.ModelProto | None:
 PROPAGATE_MAX_ELEMENTS = 1 << 18     # values propagated through shape arithmetic (index tables of attention)
 
 
-def _made_elements(op: str, ins: list) -> int:
-    """Elements the ops that build tensors from a shape would allocate (0 for the others): checked before
-    evaluating, so that a ConstantOfShape of a huge shape is not built only to be dropped."""
-    if op in ("ConstantOfShape", "Expand") and len(ins) >= 1:
-        shape = ins[0] if op == "ConstantOfShape" else np.broadcast_shapes(np.shape(ins[0]), tuple(int(d) for d in ins[1]))
-        return math.prod(int(d) for d in np.ravel(shape)) if op == "ConstantOfShape" else math.prod(shape)
-    if op == "Tile" and len(ins) == 2:
-        return int(np.size(ins[0])) * math.prod(int(r) for r in np.ravel(ins[1]))
-    if op == "Range" and len(ins) == 3 and float(ins[2]) != 0:
-        return max(0, math.ceil((float(ins[1]) - float(ins[0])) / float(ins[2])))
-    return 0
-
-
 def _eval(node, ins: list, shape):
     """Outputs of one node from known input values: its registry entry's evaluator (numpy), else onnx's
     reference implementation. shape: the first input's (Shape, Size)."""
-    if _made_elements(node.op_type, ins) > PROPAGATE_MAX_ELEMENTS:
-        raise ValueError("too large to propagate")
     op = lookup(node)
+    if op is not None and op.made_elements is not None and op.made_elements(ins) > PROPAGATE_MAX_ELEMENTS:
+        raise ValueError("too large to propagate")
     return op.evaluate(node, ins, shape) if op is not None and op.evaluate is not None else _reference(node, ins)
 
 

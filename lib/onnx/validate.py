@@ -27,6 +27,7 @@ from onnx import TensorProto
 
 from lib.errors import StageError
 from lib.onnx.graph import NodeTable
+from lib.onnx.ops import names_with
 from lib.onnx.reader import STRIPPED, attribute_subgraphs, elem_size
 
 MAX_ELEMENTS = 2**48            # 256 Ti elements: larger than any accelerator's memory by orders of magnitude
@@ -213,8 +214,7 @@ def _check_attributes(rules: Rules, attrs, op_type: str, n_in: int, n_out: int, 
     _check_bodies(op_type, given, n_in, n_out, label)
 
 
-DTYPE_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
-             "EyeLike"}     # ops whose attribute `dtype` is the element type of their output
+DTYPE_OPS = names_with("dtype_attribute")     # ops whose attribute `dtype` is the element type of their output
 
 
 def _check_dtype(schema: onnx.defs.OpSchema, dtype: int, label) -> None:

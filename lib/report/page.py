@@ -23,11 +23,12 @@ from lib.errors import StageError
 from lib.provenance import Results
 from lib.units import fmt_binary_bytes
 from lib.analysis.roofline import node_bytes
+from lib.report.graph import THRESHOLD, graph_section
 from lib.zoo.table import zoo_html
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "report.html.j2"
-SECTIONS = [("summary", "Summary"), ("time", "Where the time goes"), ("roofline", "Roofline"),
+SECTIONS = [("summary", "Summary"), ("graph", "Graph"), ("time", "Where the time goes"), ("roofline", "Roofline"),
             ("critical-path", "Critical path"), ("energy", "Energy"), ("offload", "Offload candidates (Amdahl)"),
             ("splits", "Two-device splits"), ("what-if", "What if: other devices and link")]
 # stamped meta files (run id + identity) a report may combine; metrics_meta.json (stage 02) is required
@@ -322,6 +323,13 @@ def critical_path_section(art: Artifacts, max_rows: int = 80) -> dict:
 
 # ---------------------------------------------------------------- energy
 
+def power_label(meta: dict) -> str:
+    """Whose power figure 05's power x time energies use (older energy_meta.json: host.yaml or --avg-power-w)."""
+    if "power" in meta:
+        return meta["power"]["label"]
+    return f"{meta['avg_power_w']:g} W assumed (host config or --avg-power-w)"
+
+
 def energy_section(art: Artifacts) -> dict:
     import plotly.graph_objects as go
 
@@ -330,28 +338,35 @@ def energy_section(art: Artifacts) -> dict:
         return {"ok": False, "missing": art.missing("energy.csv")}
     by = energy.groupby("op_class")[["e_compute_j", "e_mem_j", "e_power_j"]].sum(min_count=1)
     by = by.sort_values("e_compute_j")
-    power = meta["avg_power_w"]
+    power, time_src = power_label(meta), meta.get("time_source", "measured")
     has_power = by["e_power_j"].fillna(0).sum() > 0
     fig = go.Figure()
-    for col, name, colour in (("e_compute_j", "component: compute (FLOPs x e_flop)", "#1f77b4"),
-                              ("e_mem_j", "component: data movement (bytes x e_byte)", "#ff7f0e"),
-                              ("e_power_j", f"power model: assumed {power:g} W x measured latency", "#7f7f7f")):
+    for col, name, colour in (("e_compute_j", "component model: compute (FLOPs x e_flop)", "#1f77b4"),
+                              ("e_mem_j", "component model: data movement (bytes x e_byte)", "#ff7f0e"),
+                              ("e_power_j", f"power x time: {power} x {time_src} node time", "#7f7f7f")):
         if col == "e_power_j" and not has_power:
             continue
         fig.add_bar(y=by.index, x=(by[col] * 1e3).where(by[col] > 0), orientation="h", name=name, marker_color=colour)
-    _layout(fig, "energy per inference by op class, both models (log scale)", 130 + 40 * len(by), barmode="group",
-            xaxis={"type": "log", "title": "mJ per inference"})
+    _layout(fig, "energy per inference by op class, per method (log scale; per node: never measured)",
+            130 + 40 * len(by), barmode="group", xaxis={"type": "log", "title": "mJ per inference"})
     e = (merge or {}).get("host", {}).get("energy", {})
     flop = ", ".join(f"{k} {v * 1e12:g} pJ" for k, v in (e.get("e_flop_j") or {}).items())
     comp = energy["e_compute_j"].sum() + energy["e_mem_j"].sum()
-    rows = [["power model", mj(energy["e_power_j"].sum()) if has_power else "n/a (no measured latency)",
-             f"E = P_avg x latency, P_avg = {power:g} W: an ASSUMED average platform power (energy_meta.json "
-             f"avg_power_w, from {meta.get('host_config')} or --avg-power-w), not measured on this host"],
-            ["component model", f"{mj(comp)} = compute {mj(energy['e_compute_j'].sum())} + data movement "
-             f"{mj(energy['e_mem_j'].sum())}", f"E = FLOPs x e_flop(dtype) + bytes x e_byte; e_flop per FLOP: {flop}; "
-             f"e_byte {e.get('e_byte_j', float('nan')) * 1e12:g} pJ/byte (estimates after Horowitz, ISSCC 2014, "
-             f"in the host config); bytes = activations in + out + weights, as counted by stage 02"]]
-    return {"ok": True, "table": table(["model", "energy per inference", "assumptions"], rows),
+    rows = []
+    counter = (meta.get("energy_per_inference") or {}).get("counter")
+    if counter:
+        rows.append(["counter", mj(counter["energy_j"]), "measured, whole inference only: " + counter["how"]])
+    rows += [["power x time", mj(energy["e_power_j"].sum()) if has_power else "n/a (no node time)",
+              f"E = P x time, P = {power}; time = the nodes' {time_src} time. Per node: P x the node's time, an "
+              f"attribution, never a measurement"],
+             ["component model", f"{mj(comp)} = compute {mj(energy['e_compute_j'].sum())} + data movement "
+              f"{mj(energy['e_mem_j'].sum())}", f"E = FLOPs x e_flop(dtype) + bytes x e_byte; e_flop per FLOP: {flop}; "
+              f"e_byte {e.get('e_byte_j', float('nan')) * 1e12:g} pJ/byte (estimates after Horowitz, ISSCC 2014, "
+              f"in the host config); bytes = activations in + out + weights, as counted by stage 02"]]
+    if not counter:
+        rows.append(["counter", "not read", f"RAPL energy counters: {meta.get('counter_status', 'not tried')} "
+                     f"(/sys/class/powercap)"])
+    return {"ok": True, "table": table(["method", "energy per inference", "how, and whose power figure"], rows),
             "plot": _fig_html(fig, "energy-plot")}
 
 
@@ -369,9 +384,9 @@ def offload_section(art: Artifacts) -> dict:
                f"{r.s_total_energy:.3f}x"] for r in amd.itertuples()]
     return {"ok": True, "criteria": ", ".join(f"{k}: {v}" for k, v in crit.items()),
             "config": meta.get("offload_config", "configs/offload.yaml"),
-            "kernels": table(["selected", "kernel (op class)", "ops", "share of time", "share of energy",
+            "kernels": table(["selected", "kernel (op class)", "ops", "share of time", "share of energy (component model)",
                               "AI (FLOP/B)", "bound", "why"], k_rows, {2, 3, 4, 5}),
-            "amdahl": table(["scenario", "f (time)", "S_k (time)", "S_total (time)", "latency", "f (energy)",
+            "amdahl": table(["scenario", "f (time)", "S_k (time)", "S_total (time)", "latency", "f (energy, component model)",
                              "S_k (energy)", "S_total (energy)"], a_rows, {1, 2, 3, 5, 6, 7})}
 
 
@@ -402,10 +417,12 @@ def splits_section(art: Artifacts) -> dict:
              mj(r.est_energy_j), per_s(r.throughput_per_s), "" if pd.isna(r.pareto_layer) else int(r.pareto_layer),
              f"{r.score:.3f}"] for r in ranked.head(top_k).itertuples()]
     prune = art.json("candidate_pruning.json") or {}
+    em = summ.get("energy_method") or {"method": "power x time", "power": "each device's power_w (system config)"}
     return {"ok": True, "advice": summ["verdict"]["advice"], "verdict": summ["verdict"],
-            "ranking": summ.get("ranking", {}), "baselines": table(["", "latency", "energy", "throughput", "note"], rows, {1, 2, 3}),
+            "energy_method": f"{em['method']}: {em['power']}" + (f"; link: {em['link']}" if em.get("link") else ""),
+            "ranking": summ.get("ranking", {}), "baselines": table(["", "latency", "energy (power x time)", "throughput", "note"], rows, {1, 2, 3}),
             "candidates": table(["rank", "b", "after node", "cut", "Comm", "t_A", "link", "t_B", "est. latency",
-                                 "est. energy", "throughput (pipelined)", "Pareto layer", "score"], cand,
+                                 "est. energy (power x time)", "throughput (pipelined)", "Pareto layer", "score"], cand,
                                 {0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}),
             "pruning": ", ".join(f"{k}: {v}" for k, v in prune.get("by_rule", {}).items()),
             "n_boundaries": len(bd), "n_ranked": len(ranked), "exported": exported_splits(art, bd)}
@@ -465,6 +482,8 @@ def index_figures(art: Artifacts) -> dict:
             "ai_flop_per_byte": flops / total_bytes if flops and total_bytes else None,
             "parallelism": cp["parallelism"] if cp else None,
             "energy_component_j": _num(energy["e_total_j"].sum()) if energy is not None else None,
+            "energy_counter_j": ((art.meta("energy_meta.json") or {}).get("energy_per_inference") or {})
+            .get("counter", {}).get("energy_j"),
             "energy_power_model_j": _num(energy["e_power_j"].sum()) if energy is not None else None,
             "all_on_a_us": (summ or {}).get("all_on_a_us"), "all_on_b_us": (summ or {}).get("all_on_b_us"),
             "best_split": None if best is None else {k: best[k] for k in ("boundary", "after_node", "after_layer",
@@ -481,12 +500,14 @@ def _env():
     return env
 
 
-def build(rdir: Path, light=None, top_nodes: int = 15) -> tuple[str, dict]:
-    """The report page of one results folder, and what report_meta.json records about it."""
+def build(rdir: Path, light=None, top_nodes: int = 15, graph: tuple = (None, THRESHOLD)) -> tuple[str, dict]:
+    """The report page of one results folder, and what report_meta.json records about it. graph: the graph
+    section's layout library (None: dot when installed) and the node count above which it is collapsed."""
     import plotly
 
     art = Artifacts(rdir, light)
-    s = {"summary": summary_section(art), "time": time_section(art, top_nodes), "roofline": roofline_section(art),
+    s = {"summary": summary_section(art), "graph": graph_section(art, graph[1], graph[0]),
+         "time": time_section(art, top_nodes), "roofline": roofline_section(art),
          "critical-path": critical_path_section(art), "energy": energy_section(art), "offload": offload_section(art),
          "splits": splits_section(art), "what-if": whatif_section(art)}
     for sec in s.values():
@@ -495,12 +516,16 @@ def build(rdir: Path, light=None, top_nodes: int = 15) -> tuple[str, dict]:
                 sec[k] = Markup(sec[k])
     if s["what-if"]["ok"]:
         s["what-if"]["json"] = Markup(s["what-if"]["json"])
+    gsec = s["graph"]
+    if gsec["ok"]:
+        gsec["json"] = Markup(script_json(gsec.pop("data")))
     html = _env().get_template(TEMPLATE).render(
         page="report", title=Path(rdir).name, sections=SECTIONS, s=s, plotly_js=Markup(plotly.offline.get_plotlyjs()),
         plotly_version=plotly.__version__, identity=art.identity)
     meta = {"sections": {k: "ok" if v["ok"] else v["missing"] for k, v in s.items()}, "read": sorted(set(art.read)),
             "figures": index_figures(art), "plotly": plotly.__version__,
-            "roofline_points": s["roofline"].get("points")}
+            "roofline_points": s["roofline"].get("points"),
+            "graph": {k: gsec[k] for k in ("n", "collapsed", "views", "engine", "time")} if gsec["ok"] else None}
     return html, {"meta": meta, "metas": art.metas}
 
 
@@ -513,7 +538,7 @@ def _index_row(stem: str, f: dict) -> list:
             si(f.get("macs"), "MAC"), si(f.get("flops"), "FLOP"),
             "n/a" if f.get("ai_flop_per_byte") is None else f"{f['ai_flop_per_byte']:.3g}",
             "n/a" if f.get("parallelism") is None else f"{f['parallelism']:.2f}x",
-            mj(f.get("energy_component_j")), mj(f.get("energy_power_model_j")),
+            mj(f.get("energy_component_j")), mj(f.get("energy_power_model_j")), mj(f.get("energy_counter_j")),
             ms(f.get("all_on_a_us")), ms(f.get("all_on_b_us")),
             "none" if best is None else f"b{best['boundary']} {node_label(best['after_node'], best['after_layer'])}: "
                                         f"{ms(best['est_latency_us'])}, {mj(best['est_energy_j'])}"]
@@ -536,8 +561,8 @@ def build_index(root: Path) -> tuple[str, int]:
         elif (d / "metrics_meta.json").exists():
             pending.append(d.name)
     t = table(["model", "input", "latency (session, median)", "MACs", "FLOPs", "AI (FLOP/B)", "parallelism",
-               "energy (component)", "energy (assumed power)", "all on A", "all on B", "best split"],
-              rows, {2, 3, 4, 5, 6, 7, 8, 9, 10})
+               "energy (component model)", "energy (power x time)", "energy (counter)", "all on A", "all on B",
+               "best split"], rows, {2, 3, 4, 5, 6, 7, 8, 9, 10, 11})
     zoo = zoo_html(root)     # the zoo's table (results/zoo.csv), when `make zoo` wrote one here
     html = _env().get_template(TEMPLATE).render(page="index", title="nn-perf: analysed models", index=t, links=links,
                                                 advice=advice, pending=pending, zoo=Markup(zoo) if zoo else None)

@@ -82,17 +82,17 @@ def _node_label(r, width: int = 50) -> str:
     return (layer if len(layer) <= room else "\u2026" + layer[-(room - 1):]) + suffix
 
 
-def energy_plot(energy: pd.DataFrame, title: str, power_w: float | None = None):
+def energy_plot(energy: pd.DataFrame, title: str, power_w: float | str | None = None):
     """Both energy models per op class, side by side, on a log axis (conv would hide every other class on a
-    linear one). The power model's P_avg is an assumption (host.yaml / --avg-power-w), not a measurement."""
+    linear one). power_w: the power x time figure's power, or its label naming whose it is (energy_meta.json)."""
     by = energy.groupby("op_class")[["e_compute_j", "e_mem_j", "e_power_j"]].sum(min_count=1)
     by = by.sort_values("e_compute_j", ascending=True)
     fig, ax, y, _ = _class_axes(by.index, f"{title}: energy by op class (log scale)", "energy per inference (mJ, log)")
     h = 0.27
-    p = f"{power_w:g} W" if power_w else "P_avg"
+    p = power_w if isinstance(power_w, str) else f"{power_w:g} W assumed (host.yaml)" if power_w else "P_avg"
     series = [("e_compute_j", +h, "tab:blue", "component model: compute (FLOPs x e_flop)"),
               ("e_mem_j", 0.0, "tab:orange", "component model: data movement (bytes x e_byte)"),
-              ("e_power_j", -h, "tab:gray", f"power model: assumed P_avg = {p} (host.yaml) x measured latency")]
+              ("e_power_j", -h, "tab:gray", f"power x time: {p} x node time")]
     has_power = by["e_power_j"].notna().any() and by["e_power_j"].sum() > 0
     for col, off, colour, label in series:
         if col == "e_power_j" and not has_power:

@@ -18,6 +18,7 @@ from itertools import chain
 import numpy as np
 import pandas as pd
 
+from lib.artifacts import atomic_path
 from lib.errors import StageError
 from lib.provenance import same_inputs
 from lib.analysis.device_time import device_time
@@ -26,6 +27,9 @@ from lib.latency.latency_model import model_for_device
 
 # pruning rules that depend on what the what-if panel changes (device and link figures); the others are static
 DYNAMIC_RULES = ("max_latency_us", "max_energy_j", "rate_hz")
+# what 07 reads of ops_profile.csv: costs and bytes, what the latency model keys on, ORT's fusions, layers
+PROFILE_COLUMNS = frozenset({"node", "op_type", "op_class", "dtype", "mac_dtype", "flops", "act_in_bytes", "act_out_bytes",
+                             "weight_bytes", "latency_us", "attribution", "fused_into", "layer"})
 # score metrics: weight key in system.yaml -> boundaries.csv column (each normalised by its max, lower wins)
 SCORE_METRICS = (("comm", "comm_bytes"), ("imbalance", "time_imbalance"), ("latency", "est_latency_us"),
                  ("energy", "est_energy_j"), ("throughput", "period_us"))
@@ -413,6 +417,11 @@ def latex_table(top: pd.DataFrame, model: str) -> str:
     return "\n".join(lines)
 
 
+def write_latex(top: pd.DataFrame, model: str, path) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(latex_table(top, model))
+
+
 def choose_boundaries(bd: pd.DataFrame, boundaries: list[int] | None, top_k: int) -> list[int]:
     """The boundaries a user asked for (checked), else the top-k ranked ones (08 and 10 share this)."""
     if boundaries:
@@ -442,15 +451,16 @@ def _per_combination(fn, by: list[str]) -> list:
     return list(map(memo.__getitem__, by))
 
 
-def pruning_summary(df: pd.DataFrame, rules: dict) -> dict:
+def pruning_summary(df: pd.DataFrame, rules: dict, system: dict | None = None, feasibility: dict | None = None) -> dict:
     """candidate_pruning.json: counts per rule code and every pruned boundary with its reasons (the columns
-    it needs, taken as lists: 200k boundaries)."""
+    it needs, taken as lists: 200k boundaries); with `system`, its constraints and the feasibility file used."""
     mask = df["pruned"].to_numpy(bool)
     col = lambda c: df[c].to_numpy(object)[mask].tolist()   # noqa: E731
     by = col("pruned_by")
     codes = _per_combination(lambda c: c.split(";"), by)
     reasons = _per_combination(lambda t: t.split("; "), col("reason"))     # fewer distinct: 58k of 170k at 200k
-    return {"rules": rules, "boundaries": int(len(df)), "pruned": int(mask.sum()),
+    extra = {} if system is None else {"constraints": system.get("constraints"), "feasibility": feasibility or None}
+    return {"rules": rules, "boundaries": int(len(df)), "pruned": int(mask.sum()), **extra,
             "by_rule": dict(Counter(chain.from_iterable(codes)).most_common()),
             "candidates": [{"boundary": b, "after_node": n, "rules": c, "reasons": t}
                            for b, n, c, t in zip(df["boundary"].to_numpy()[mask].tolist(), col("after_node"), codes,
@@ -481,7 +491,10 @@ def split_summary(df: pd.DataFrame, base: dict, system: dict) -> dict:
                        "score": score_text(system.get("ranking", {}).get("weights", {})),
                        "order": "Pareto layer of (est_latency_us, est_energy_j), then score" if
                        system.get("ranking", {}).get("by", "score") == "score" else None},
-           "best": best, "fastest": fastest}
+           "best": best, "fastest": fastest,
+           # every energy figure here is power x time (lib/analysis/energy.py METHODS): say whose power
+           "energy_method": {"method": "power x time", "power": "each device's power_w in the system config "
+                             "(assumed, not measured)", "link": "comm_bytes x the link's energy_per_byte_j"}}
     out["verdict"] = verdict(out)
     return out
 
@@ -539,9 +552,30 @@ def _compact(a: np.ndarray):
     return float(a[0]) if len(a) and (a == a[0]).all() else _nullable(a)
 
 
-def split_model(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None, system: dict) -> dict:
-    """What the report's what-if panel needs to redo 07 for other device and link figures: O(nodes + boundaries)."""
+def node_lists(a) -> dict:
+    """Per node (GraphArrays `a`): its name, the tensors it reads (graph inputs and activations; weights are not
+    tensors of the arrays) and writes; and {tensor: bytes on the link} of every crossing-capable tensor (an
+    activation some node reads; unknown size: 0, as Comm(b)): what anyone needs to re-check a partition."""
+    names = a.t_names.tolist()
+    ins = [names[k] for k in a.in_t.tolist()]
+    ptr = a.in_ptr.tolist()
+    order = np.argsort(a.t_prod, kind="stable")
+    produced = a.t_prod[order]
+    starts = np.searchsorted(produced, np.arange(len(a.names) + 1)).tolist()
+    outs = [names[k] for k in order.tolist()]
+    x = np.flatnonzero((a.t_prod >= 0) & ~a.t_const & (np.diff(a.cons_ptr) > 0))
+    return {"name": a.names.tolist(), "inputs": [ins[ptr[i]:ptr[i + 1]] for i in range(len(a.names))],
+            "outputs": [outs[starts[i]:starts[i + 1]] for i in range(len(a.names))],
+            "tensor_bytes": dict(zip(a.t_names[x].tolist(), np.nan_to_num(a.t_nbytes[x]).tolist()))}
+
+
+def split_model(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None, system: dict, a=None) -> dict:
+    """What the report's what-if panel needs to redo 07 for other device and link figures: O(nodes + boundaries).
+    With the GraphArrays `a`, per node its name, inputs, outputs and the exact device times 07 used
+    (latency_a_us, latency_b_us), and tensor_bytes: what the DAG optimum can be re-checked from."""
     flops, nbytes = node_work(prof)
+    lists = node_lists(a) if a is not None else {}
+    tensor_bytes = lists.pop("tensor_bytes", None)
     devices = {}
     for key in ("A", "B"):
         dev = system["devices"][key]
@@ -553,9 +587,9 @@ def split_model(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None
     by = df["pruned_by"].tolist()
     static = _per_combination(lambda codes: ";".join(c for c in codes.split(";") if c and c not in DYNAMIC_RULES
                                                      and c != "near_duplicate"), by)
-    return {"nodes": {"n": len(prof), "flops": _nullable(flops), "bytes": _nullable(nbytes),
-                      "latency_a_us": _nullable(np.nan_to_num(np.asarray(latency, dtype=float), nan=0.0))
-                      if latency is not None else None},
+    times = {f"latency_{k.lower()}_us": _nullable(device_times(prof, latency, system["devices"][k])) for k in ("A", "B")}
+    return {"nodes": {"n": len(prof), "flops": _nullable(flops), "bytes": _nullable(nbytes), **lists, **times},
+            **({"tensor_bytes": tensor_bytes} if tensor_bytes is not None else {}),
             "devices": devices, "link": {k: float(system["link"][k]) for k in
                                          ("bandwidth_bytes_per_s", "latency_us", "energy_per_byte_j")},
             "link_name": system["link"].get("name", ""),

@@ -1,4 +1,5 @@
-"""The two-device split system (configs/system.yaml): devices A and B, the link, constraints, ranking."""
+"""The split system (configs/system.yaml): devices A and B, the link, constraints, ranking; optionally more
+devices after B (C, D, ... in order) with `chain_links`, one link between each further pair of neighbours."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,8 +10,9 @@ from lib.errors import StageError
 
 def load_system(path: str | Path) -> dict:
     s = load_yaml(path, "system config")
-    for d in ("A", "B"):
-        dev = (s.get("devices") or {}).get(d)
+    devices = s.get("devices") if isinstance(s.get("devices"), dict) else {}
+    for d in ("A", "B", *devices):
+        dev = devices.get(d)
         if not isinstance(dev, dict):
             raise StageError(f"system config {path}: devices.{d} is missing")
         for k in ("peak_flops_per_s", "mem_bw_bytes_per_s", "power_w"):
@@ -23,11 +25,34 @@ def load_system(path: str | Path) -> dict:
         if lm is not None and not (Path(lm) if Path(lm).is_absolute() else REPO / lm).exists():
             raise StageError(f"system config {path}: devices.{d}.latency_model {lm} not found (make calibrate "
                              f"writes configs/latency_model.yaml)")
-    link = s.get("link")
+    _check_link(s.get("link"), path, "link")
+    keys = chain(s)[0]
+    extra = s.get("chain_links") or []
+    if not isinstance(extra, list) or len(extra) != len(keys) - 2:
+        raise StageError(f"system config {path}: chain_links must list one link per pair of neighbours after A, B "
+                         f"({len(keys) - 2} for devices {keys}), got {extra!r}")
+    for i, lk in enumerate(extra):
+        _check_link(lk, path, f"chain_links[{i}]")
+        if (lk.get("from"), lk.get("to")) != (keys[i + 1], keys[i + 2]):
+            raise StageError(f"system config {path}: chain_links[{i}] must link {keys[i + 1]} to {keys[i + 2]} "
+                             f"(from/to), got {lk.get('from')!r} to {lk.get('to')!r}")
+    limit = (s.get("dag") or {}).get("max_nodes") if isinstance(s.get("dag") or {}, dict) else "?"
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 2):
+        raise StageError(f"system config {path}: dag.max_nodes must be an integer >= 2 or null, got {limit!r}")
+    return s
+
+
+def _check_link(link, path, where: str) -> None:
     if not isinstance(link, dict):
-        raise StageError(f"system config {path}: link is missing")
+        raise StageError(f"system config {path}: {where} is missing")
     for k in ("bandwidth_bytes_per_s", "latency_us", "energy_per_byte_j"):
         v = link.get(k)
         if not isinstance(v, (int, float)) or v < 0 or (k == "bandwidth_bytes_per_s" and v == 0):
-            raise StageError(f"system config {path}: link.{k} must be a non-negative number, got {v!r}")
-    return s
+            raise StageError(f"system config {path}: {where}.{k} must be a non-negative number, got {v!r}")
+
+
+def chain(system: dict) -> tuple[list[str], list[dict]]:
+    """The devices in chain order (A, B, then the others as listed) and the links between neighbours (`link`
+    between A and B first)."""
+    keys = ["A", "B", *(k for k in system["devices"] if k not in ("A", "B"))]
+    return keys, [system["link"], *(system.get("chain_links") or [])]

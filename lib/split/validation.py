@@ -10,8 +10,9 @@ import math
 
 from lib.onnx.graph import Graph
 from lib.onnx.costs import node_cost
+from lib.onnx.ops import names_with
 
-REDUCING_OPS = {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}
+REDUCING_OPS = names_with("reduces")      # Reduce*, global pools (the registry's flag)
 
 
 def reduction_size(g: Graph) -> int:
@@ -24,7 +25,7 @@ def reduction_size(g: Graph) -> int:
         cost = node_cost(node, g)
         if cost is not None and cost[1]:
             best = max(best, math.ceil(cost[1] / out.numel))
-        elif node.op_type.startswith("Reduce") or node.op_type in REDUCING_OPS:
+        elif node.op_type in REDUCING_OPS:
             src = g.tensors.get(node.input[0]) if node.input else None
             if src is not None and src.numel:
                 best = max(best, src.numel // out.numel)
