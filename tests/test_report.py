@@ -14,8 +14,9 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
-from conftest import REPO, make_model, run_stage, small_cnn, tensor
-from lib.report.beyond import bandwidth_text
+from conftest import REPO, costs, make_model, run_stage, small_cnn, tensor
+from test_dag_split import branches, system as dag_system
+from lib.report.beyond import bandwidth_text, beyond_section
 from lib.report.graph import graph_section, scopes, views
 from lib.report.page import Artifacts, measured_key
 from lib.report.layout import layout_many
@@ -434,3 +435,27 @@ def test_whatif_measured_is_the_devices_source(built):
     assert measured_key(m) is None
     m["devices"]["B"]["source"] = "measured"
     assert measured_key(m) == "B"
+
+
+def test_beyond_and_overlay_on_a_non_prefix_optimum(tmp_path):
+    """test_dag_split's two branches (the DAG optimum is not a prefix): the graph's DAG sides are dag_partition.json's
+    node set, and the crossover table shows split_summary.json's bandwidths."""
+    model = tmp_path / "branches.onnx"
+    branches(model)
+    costs(model, tmp_path)
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path, "--system", dag_system(tmp_path / "s.yaml"))
+    assert r.returncode == 0, r.stderr
+    summ = json.loads((tmp_path / "split_summary.json").read_text())
+    left = json.loads((tmp_path / "dag_partition.json").read_text())["partitions"]["latency"]["left_nodes"]
+    assert not summ["dag_optimum"]["is_prefix"]
+    art = Artifacts(tmp_path)
+    g = graph_section(art)
+    assert [n for n, d in zip(g["data"]["nodes"]["name"], g["data"]["nodes"]["dag"]) if d == "A"] == left
+    assert "not a prefix" in g["dag"]
+    cut = {t for v in g["data"]["views"] for e in v["edges"] if e[9] for t in e[3].split(";")}
+    assert cut == set(summ["dag_optimum"]["cut_tensors"])
+    sec = beyond_section(art)
+    shown = dict(sec["crossover"]["rows"])
+    want = {("DAG optimum" if k == "dag" else f"b{k}"): bandwidth_text(v) for k, v in summ["bandwidth_crossover"].items()}
+    assert shown == want and any(v is not None for v in summ["bandwidth_crossover"].values())
+    assert sec["dag"]["rows"][0][6] == "no" and sec["pipeline"] is None

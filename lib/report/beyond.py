@@ -75,7 +75,7 @@ def pipeline_table(pipe: dict | None) -> dict | None:
                  {4, 5, 6, 7, 8, 9})
 
 
-def sweep_plot(sw: pd.DataFrame) -> str:
+def sweep_plot(sw: pd.DataFrame, summ: dict) -> str:
     """Latency and energy against link bandwidth (log x): both single devices, the best boundary, the DAG
     optimum and the winner at each bandwidth (its name in the hover)."""
     import plotly.graph_objects as go
@@ -83,7 +83,9 @@ def sweep_plot(sw: pd.DataFrame) -> str:
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("estimated latency (ms)", "energy of that partition (mJ)"))
     x = sw["bandwidth_mbit_s"]
-    series = [("all on A", "all_on_a_us", None, "dash"), ("all on B", "all_on_b_us", None, "dash"),
+    sw = sw.assign(all_on_a_energy_j=summ["all_on_a_energy_j"], all_on_b_energy_j=summ["all_on_b_energy_j"])
+    series = [("all on A", "all_on_a_us", "all_on_a_energy_j", "dash"),
+              ("all on B", "all_on_b_us", "all_on_b_energy_j", "dash"),
               ("best boundary", "boundary_latency_us", "boundary_energy_j", "solid"),
               ("DAG optimum", "dag_latency_us", "dag_energy_j", "solid")]
     for k, (name, lat, en, dash) in enumerate(series):
@@ -133,7 +135,7 @@ def beyond_section(art) -> dict:
             "crossover": crossover_table(summ), "pipeline": pipeline_table(summ.get("pipeline")),
             "pipeline_single": {k: ms(v) for k, v in ((summ.get("pipeline") or {}).get("single_device_us") or {}).items()},
             "pipeline_links": (summ.get("pipeline") or {}).get("links", []),
-            "plot": sweep_plot(sw), "sweep": sweep_table(sw), "points": len(sw),
+            "plot": sweep_plot(sw, summ), "sweep": sweep_table(sw), "points": len(sw),
             "winners": list(dict.fromkeys(sw["best"].tolist())), "dag_in_sweep": bool(sw_meta.get("dag_included")),
             "precision": prec, "int8_only": int8_only,
             "png": sw_meta.get("plot", "bandwidth_sweep.png")}
