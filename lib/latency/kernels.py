@@ -21,19 +21,12 @@ import onnx
 import pandas as pd
 
 from lib.analysis.roofline import kernel_node_bytes
-from lib.latency.profiling import LAYOUT_KERNELS, attribute, kernel_times
-from lib.onnx.ops import REGISTRY, names_with
+from lib.latency.profiling import LAYOUT_KERNELS, VIEW_KERNELS, attribute, is_mac_kernel, kernel_times
 
 KERNEL_COLUMNS = ["kernel", "op", "pattern", "node", "nodes", "n_nodes", "flops", "macs", "weight_bytes",
                   "act_in_bytes", "act_out_bytes", "bytes", "compute_dtype", "dims", "out_numel", "layout",
                   "in_shapes", "out_shapes", "t_us", "p10_us", "p90_us", "runs"]
-VIEW_KERNELS = names_with("view")
-MAC_OPS = frozenset(k.rpartition(":")[2] for k, op in REGISTRY.items() if op.weight_input is not None)
-
-
-def is_mac_kernel(op: str) -> bool:
-    """A kernel op that does MACs: a registered MAC op, or ORT's Fused*/Nhwc* forms of one."""
-    return op.removeprefix("Nhwc").removeprefix("Fused") in MAC_OPS
+__all__ = ["KERNEL_COLUMNS", "is_mac_kernel", "kernel_table", "group_row", "optimized_kernels", "trace_kernels"]
 
 
 def _shape_text(shapes) -> str:
@@ -112,20 +105,15 @@ def _metric_arrays(g, metrics: pd.DataFrame) -> dict:
             "dims": df["out_shapes"].fillna("").astype(str).str.split(";").str[0].to_numpy(object)}
 
 
-def _views_to_producers(anchor: dict, ops: dict, optimized: onnx.ModelProto | None, mac: np.ndarray) -> None:
-    """ORT runs a 3-D MatMul+Add as Reshape -> Gemm -> Reshape: the last Reshape writes the original tensor and
-    is mapped onto the MatMul, the Gemm onto nothing. The group goes to the MAC kernel that feeds the view
-    or onto a neighbour's group (it comes first, takes the group; the view becomes a second kernel on it).
-    mac: per original node, whether it does MACs."""
-    if optimized is None:
-        return
-    prod = {o: n.name or f"{n.op_type}_{i}" for i, n in enumerate(optimized.graph.node) for o in n.output}
-    for i, n in enumerate(optimized.graph.node):
-        k = n.name or f"{n.op_type}_{i}"
-        if ops.get(k) in VIEW_KERNELS and anchor.get(k) is not None and mac[anchor[k]] and n.input:
-            p = prod.get(n.input[0])
-            if p is not None and is_mac_kernel(ops.get(p, "")) and (anchor.get(p) is None or not mac[anchor[p]]):
-                anchor[p] = anchor[k]
+def _group_owners(names: list[str], ops: dict, anchor: dict) -> dict[int, str]:
+    """{anchor: the kernel that runs its group}: the first one that is no view or layout kernel (an input
+    Reshape ORT inserted before a Gemm comes first, lib.latency.profiling's step 0), else the first view."""
+    owner: dict[int, str] = {}
+    for skip in (VIEW_KERNELS | LAYOUT_KERNELS, LAYOUT_KERNELS):
+        for k in names:
+            if anchor.get(k) is not None and ops.get(k, "") not in skip:
+                owner.setdefault(anchor[k], k)
+    return owner
 
 
 def _numel(dims: str) -> float:
@@ -148,8 +136,8 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
         per_run, shapes = [], {}
     att = attribute(g, optimized, names)
     m = _metric_arrays(g, metrics)
-    _views_to_producers(att["anchor"], ops, optimized, np.nan_to_num(m["macs"]) > 0)
-    groups, taken = _groups(att, len(g.nodes)), set()
+    groups = _groups(att, len(g.nodes))
+    owner = _group_owners(names, ops, att["anchor"])
     rows = []
     for k in names:
         a, op = att["anchor"].get(k), ops.get(k, "")
@@ -157,13 +145,12 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
             row = {"pattern": op, "node": "", "nodes": "", "n_nodes": 0, "flops": 0.0, "macs": 0.0, "weight_bytes": 0.0,
                    "act_in_bytes": 0.0, "act_out_bytes": 0.0, "bytes": 0.0, "compute_dtype": "float", "dims": "",
                    "layout": op in LAYOUT_KERNELS}
-        elif a in taken or op in LAYOUT_KERNELS:    # a second kernel on a group: layout or copy of its output
+        elif owner.get(a) != k:    # a second kernel on a group: a view, a layout or a copy of its output
             nb = 0.0 if op in VIEW_KERNELS else float(np.nan_to_num(m["act_out"][a]))   # a view moves no data
             row = {"pattern": op, "node": m["node"][a], "nodes": "", "n_nodes": 0, "flops": 0.0, "macs": 0.0,
                    "weight_bytes": 0.0, "act_in_bytes": nb, "act_out_bytes": nb, "bytes": 2 * nb,
                    "compute_dtype": m["compute_dtype"][a], "dims": m["dims"][a], "layout": True}
         else:
-            taken.add(a)
             row = group_row(groups[a], op, m)
         ts = np.array([r.get(k, 0.0) for r in per_run], dtype=float)
         ins, outs = shapes.get(k, ("", ""))
