@@ -2,52 +2,24 @@
 """Stage 03: join measured latency (01) with costs (02) -> ops_profile.csv, with a per-node roofline and a
 predicted latency.
 
-Roofline against configs/host.yaml: t_compute = FLOPs / peak FLOP/s (of the node's dtype), t_mem = bytes /
-bandwidth, bound = the larger. t_pred_us: the calibrated latency model of this host (configs/latency_model.yaml,
-made by `make calibrate`), 0 for the nodes ORT fuses into a neighbour's kernel (known from 01's attribution, or,
-without a profile and with --model, from ORT's optimized graph); merge_meta.json has predicted_latency_us next
-to the measured session latency, with the error. Without 01's profile the latency columns stay empty (04 then
-uses the prediction). 01's and 02's results must belong to the same model and input spec (exit 2 otherwise).
+Roofline against configs/host.yaml, a cache-aware bound (lib/analysis/roofline.py): t_compute = FLOPs / peak
+FLOP/s of the node's compute dtype, t_mem = bytes the kernel moves / bandwidth of the memory level its working set
+fits in (mem_level), bound = the larger; nodes measured below it by more than the profiler's 1 us are a warning
+and merge_meta.json's roofline_contradictions. t_pred_us: the baseline efficiency model per node, 0 for nodes ORT
+fuses into a neighbour's kernel. merge_meta.json's prediction: predicted_latency_us from the kernel model
+(lib/latency/predict.py: ORT's kernels from its optimized graph, never 01's kernel times) with interval_us and
+unseen kernel types, baseline_latency_us beside it, both against the measured session latency. Without 01's
+profile the latency columns stay empty (04 then uses t_pred_us). 01's and 02's results must belong to the same
+model and input spec (exit 2 otherwise).
 """
 import numpy as np
 
 from lib import cli
 from lib.artifacts import CONFIGS, read_csv, versions, write_csv, write_json
-from lib.errors import StageError
 from lib.host import load_host
-from lib.latency.latency_model import ort_node_roles, predict_profile
+from lib.latency.predict import print_prediction, stage_prediction
 from lib.provenance import Results, stamp
-from lib.analysis.roofline import LATENCY_COLUMNS, merge, roofline
-
-
-ORT_SLOW_NODES = 20_000     # from here ONNX Runtime's session creation takes long enough to say so first
-
-
-def predicted(df, meta: dict, host: dict, a, metas: dict):
-    """t_pred_us and the prediction's summary; without a profile, ORT's fusions from its optimized graph."""
-    fusion = "01's attribution" if meta["measured"] else "none known (no profile and no --model)"
-    if not meta["measured"] and a.model:    # ORT's fusions from its optimized graph, on 02's inferred graph
-        if len(df) >= ORT_SLOW_NODES:
-            print(f"note: ONNX Runtime optimizes the {len(df):,}-node graph to find its fusions; its optimizer is "
-                  f"superlinear (37 s at 50k nodes on 2 cores, over 10 min at 200k): leave out --model to predict "
-                  f"without fusions", flush=True)
-        # onnx and the model front door, imported only on this path (0.1 s)
-        from lib.onnx.loading import analysed
-        graph = analysed(a.rdir, a.model)[0].graph
-        try:
-            roles = ort_node_roles(a.model, graph=graph)
-            df[["attribution", "fused_into"]] = roles[["attribution", "fused_into"]].to_numpy()
-            fusion = "ORT's optimized graph"
-        except StageError as e:     # a custom op ORT lacks: 02's costs stand, the prediction assumes no fusion
-            fusion = f"none known ({e})"
-            print(f"note: no fusion known for the prediction, every node counted: {e}")
-    t, info = predict_profile(df, host, a.latency_model)
-    info["fusion_from"] = fusion
-    df["t_pred_us"] = t
-    session = (metas.get("profile_meta.json") or {}).get("session_latency", {}).get("median_us")
-    info["measured_latency_us"] = session
-    info["error"] = info["predicted_latency_us"] / session - 1 if session else None
-    return df, info
+from lib.analysis.roofline import LATENCY_COLUMNS, contradictions, merge, roofline
 
 
 def report(df, measured: bool) -> None:
@@ -86,16 +58,23 @@ def main(argv=None):
     latency = read_csv(a.rdir, "ops_latency.csv", ("node", *LATENCY_COLUMNS)) if measured else None
     if not measured:
         print("note: no ops_latency.csv (run 01_profile_onnx.py for measured latency): roofline and predicted time only")
-    df, pred = predicted(roofline(merge(metrics, latency), host), {"measured": measured}, host, a, metas)
+    df, pred = stage_prediction(roofline(merge(metrics, latency), host), measured, host, a.rdir, a.model,
+                                a.latency_model, metas)
+    bad = contradictions(df)
     write_csv(df, a.rdir / "ops_profile.csv")
     write_json(stamp({"host_config": str(a.host), "host": host, "latency_source": "measured" if measured else "none",
-                      "prediction": pred, "versions": versions()}, metas["metrics_meta.json"]["identity"], metas,
+                      "prediction": pred, "roofline_contradictions": {
+                          "nodes": len(bad), "resolution_us": 1.0, "worst": bad.assign(
+                              ratio=bad["latency_us"] / bad["t_roofline_us"]).sort_values("ratio").head(10)
+                          .to_dict("records")}, "versions": versions()}, metas["metrics_meta.json"]["identity"], metas,
                      absent=[] if measured or a.no_profile else ["profile_meta.json"]),
                a.rdir / "merge_meta.json")
     report(df, measured)
-    err = f" ({100 * pred['error']:+.0f}% vs the measured session {pred['measured_latency_us'] / 1e3:.2f} ms)" \
-        if pred["error"] is not None else ""
-    print(f"predicted latency {pred['predicted_latency_us'] / 1e3:.2f} ms{err}" + (f"; {pred['note']}" if pred["note"] else ""))
+    if len(bad):
+        print(f"warning: {len(bad)} nodes with a kernel of their own ran faster than their roofline bound by more than "
+              f"the profiler's 1 us (e.g. {bad['node'].iat[0]}): the host's peaks or bandwidths are under-measured "
+              f"(re-run make calibrate); merge_meta.json roofline_contradictions lists them")
+    print_prediction(pred)
     print(f"wrote {a.rdir / 'ops_profile.csv'}")
 
 

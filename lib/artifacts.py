@@ -55,7 +55,7 @@ PRODUCER = {
 
 TEXT_COLUMNS = ("node", "after_node", "after_layer", "op_type", "fused_into", "layer", "cut_tensors", "kernel",
                 "ort_kernels", "reason", "pruned_by", "skip_block", "cost_note", "shape_source", "dtype", "mac_dtype",
-                "out_shapes", "op_class", "attribution", "inserted")
+                "out_shapes", "op_class", "attribution", "inserted", "compute_dtype", "mem_level")
 
 
 def results_dir(model: str | None, results: str | None) -> Path:

@@ -4,6 +4,13 @@ Bytes of a node = activation bytes in + out + weight bytes; unknown when any par
 without a shape). Roofline time = max(FLOPs / peak FLOP/s, bytes / bandwidth): unknown (NaN) when FLOPs or
 bytes are. Stages that need a number for every node (a critical path, an energy sum, a split's prefix sums)
 count an unknown time as 0 and report how many nodes that was (unknown_time_nodes in their meta).
+
+Stage 03's roofline is a cache-aware *bound* (a kernel cannot run faster than it): bytes are those the kernel
+reads and writes (kernel_node_bytes: a view or a Shape reads no data, a Gather/Slice reads what it picks);
+the node's working set (those bytes) picks the memory level it fits in (L1/L2/L3 sizes from the host file,
+else DRAM) and that level's bandwidth (measured by `make calibrate`, lib/latency/host_probe.py); the compute
+peak is that of the node's compute dtype (int8 for integer and fused QDQ kernels), the best ORT's own
+kernels reach. contradictions() lists nodes with a kernel of their own measured below their bound.
 """
 from __future__ import annotations
 
@@ -12,20 +19,73 @@ import pandas as pd
 
 from lib.analysis.device_time import device_time
 from lib.host import per_dtype
+from lib.onnx.ops import names_with
 
 BYTE_COLUMNS = ["act_in_bytes", "act_out_bytes", "weight_bytes"]
 LATENCY_COLUMNS = ["latency_us", "p10_us", "p90_us", "runs", "attribution", "fused_into"]
+
+
+VIEW_OPS = names_with("view")       # no data read (lib/onnx/ops.py's registry)
+PICK_OPS = names_with("pick")       # read what they pick, not the whole input
+LEVELS = ("L1", "L2", "L3", "DRAM")
+RESOLUTION_US = 1.0     # ORT's profiler records whole microseconds
 
 
 def node_bytes(df: pd.DataFrame) -> pd.Series:
     return df[BYTE_COLUMNS].sum(axis=1, min_count=len(BYTE_COLUMNS))
 
 
+def kernel_node_bytes(df: pd.DataFrame) -> np.ndarray:
+    """Bytes a node's kernel reads and writes: views and shape reads 0, picks 2 x what they output (read it,
+    write it), the others activations in + out + weights (NaN when unknown)."""
+    op = df["op_type"].astype(str).str.split(":").str[-1].to_numpy(object)
+    out = df["act_out_bytes"].to_numpy(float)
+    full = node_bytes(df).to_numpy(float)
+    return np.where(np.isin(op, list(VIEW_OPS)), 0.0, np.where(np.isin(op, list(PICK_OPS)), 2 * out, full))
+
+
+def levels(host: dict) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(level names, their sizes in bytes, their bandwidths) from the host file: `caches_bytes` and
+    `bandwidth_bytes_per_s` per level; without them one level, DRAM at mem_bw_bytes_per_s."""
+    caches, bws = host.get("caches_bytes") or {}, host.get("bandwidth_bytes_per_s") or {}
+    names = [lv for lv in LEVELS[:-1] if lv in caches and lv in bws] + ["DRAM"]
+    size = np.array([float(caches[lv]) for lv in names[:-1]] + [np.inf])
+    bw = np.array([float(bws[lv]) for lv in names[:-1]] + [float(bws.get("DRAM", host["mem_bw_bytes_per_s"]))])
+    return names, size, bw
+
+
+def memory_level(nbytes, host: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(level name, its bandwidth) per working set: the smallest level it fits in (a bound: the fastest level
+    the data can come from)."""
+    names, size, bw = levels(host)
+    nb = np.nan_to_num(np.asarray(nbytes, dtype=float), nan=0.0)
+    k = np.minimum(np.searchsorted(size, nb, side="left"), len(names) - 1)
+    return np.asarray(names, dtype=object)[k], bw[k]
+
+
+def bound_us(flops, nbytes, peak, host: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(the cache-aware roofline bound in us, the memory level) of kernels or nodes."""
+    level, bw = memory_level(nbytes, host)
+    t = np.maximum(np.asarray(flops, dtype=float) / np.asarray(peak, dtype=float), np.asarray(nbytes, dtype=float) / bw)
+    return t * 1e6, level
+
+
+def contradictions(df: pd.DataFrame, resolution_us: float = RESOLUTION_US) -> pd.DataFrame:
+    """Nodes with a kernel of their own measured below their bound by more than the profiler's resolution."""
+    if "attribution" not in df or "latency_us" not in df:
+        return df.iloc[:0]
+    own = df["attribution"].astype(str).eq("kernel").to_numpy()
+    lat, bound = df["latency_us"].to_numpy(float), df["t_roofline_us"].to_numpy(float)
+    bad = own & (lat + resolution_us < bound)
+    return df.loc[bad, ["node", "op_type", "latency_us", "t_roofline_us", "mem_level"]]
+
+
 def peak_per_node(df: pd.DataFrame, peak_table) -> np.ndarray:
     """Peak FLOP/s of each node's element type (a {dtype: peak, default: peak} table, or one number)."""
     if not isinstance(peak_table, dict):
         return np.full(len(df), float(peak_table))
-    codes, dtypes = pd.factorize(df["dtype"].to_numpy(object), use_na_sentinel=False)   # few distinct, 200k rows
+    col = "compute_dtype" if "compute_dtype" in df else "dtype"
+    codes, dtypes = pd.factorize(df[col].to_numpy(object), use_na_sentinel=False)   # few distinct, 200k rows
     return np.array([per_dtype(peak_table, d) for d in dtypes], dtype=float)[codes]
 
 
@@ -53,13 +113,14 @@ def merge(metrics: pd.DataFrame, latency: pd.DataFrame | None) -> pd.DataFrame:
 def roofline(df: pd.DataFrame, host: dict) -> pd.DataFrame:
     df = df.copy()
     peak = peak_per_node(df, host["peak_flops_per_s"])
-    bw = float(host["mem_bw_bytes_per_s"])
-    total_bytes = node_bytes(df)
+    total_bytes = pd.Series(kernel_node_bytes(df), index=df.index)
+    level, bw = memory_level(total_bytes, host)
     flops = df["flops"].astype(float)
     df["ai_flop_per_byte"] = np.where(total_bytes > 0, flops / total_bytes.replace(0, np.nan), np.nan)
     df["t_compute_us"] = flops / peak * 1e6
     df["t_mem_us"] = total_bytes / bw * 1e6
-    df["t_roofline_us"] = roofline_time_us(flops, total_bytes, peak, bw)
+    df["mem_level"] = level
+    df["t_roofline_us"] = np.maximum(df["t_compute_us"], df["t_mem_us"])     # NaN when either is unknown
     df["bound"] = np.where(df["t_compute_us"].isna() | df["t_mem_us"].isna(), "unknown",
                            np.where(df["t_compute_us"] > df["t_mem_us"], "compute", "memory"))
     lat = df["latency_us"].astype(float)

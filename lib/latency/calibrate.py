@@ -30,6 +30,7 @@ from lib import cli
 from lib.artifacts import CONFIGS, REPO, atomic_path, read_csv, write_csv
 from lib.errors import StageError
 from lib.host import load_host
+from lib.latency import calibrate_kernels as ck
 from lib.latency import latency_model as lm
 from lib.latency import microbench as mb
 from lib.latency.sweep import run_stages
@@ -63,14 +64,33 @@ def measure_triad(mib_per_array: int = 256, repeats: int = 5) -> float:
     return 3 * 8 * n / best
 
 
-def update_host_file(path: Path, values: dict[str, float]) -> None:
-    """Rewrite `key: value  # (calibrated)` lines in place, keeping comments and every other line."""
+def _fmt(val) -> str:
+    """YAML text of a value: strings quoted, ints as they are, floats in 4 digits with a decimal point (YAML
+    reads 2e+10 as a string, 2.0e+10 as a number)."""
+    if isinstance(val, str):
+        return f'"{val}"'
+    if isinstance(val, int):
+        return f"{val}"
+    text = f"{val:.4g}"
+    mant, e, exp = text.partition("e")
+    return f"{mant}.0e{exp}" if e and "." not in mant else text
+
+
+def update_host_file(path: Path, values: dict) -> None:
+    """Rewrite `key: value  # (calibrated)` lines in place, keeping comments and every other line. A key
+    `section.name` is the first `name:` line after the `section:` line; strings are written quoted."""
     text = path.read_text()
     for key, val in values.items():
-        pat = re.compile(rf"^(\s*{re.escape(key)}:\s*)([^#\n]*?)(\s*#\s*\(calibrated\).*)$", re.M)
-        if not pat.search(text):
+        section, _, name = key.rpartition(".")
+        start = 0
+        if section:
+            m = re.search(rf"^{re.escape(section)}:\s*$", text, re.M)
+            start = m.end() if m else len(text)
+        pat = re.compile(rf"^(\s*{re.escape(name)}:\s*)([^#\n]*?)(\s*#\s*\(calibrated\).*)$", re.M)
+        m = pat.search(text, start)
+        if not m:
             raise SystemExit(f"error: {path} has no '{key}: ...  # (calibrated)' line to update")
-        text = pat.sub(lambda m: f"{m.group(1)}{val:.4g}{m.group(3)}", text, count=1)
+        text = text[:m.start()] + f"{m.group(1)}{_fmt(val)}{m.group(3)}" + text[m.end():]
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     text = re.sub(r"^calibrated_at:.*$", f"calibrated_at: {stamp}", text, flags=re.M)
     with atomic_path(path) as tmp:
@@ -288,7 +308,7 @@ def print_report(report: dict) -> None:
             print(f"  worst {name}: {w['label']} ({w['key']}): measured {w['measured_us']} us, off by {100 * w['err']:.0f}%")
 
 
-def main(argv=None):
+def _parser():
     p = cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default=str(CONFIGS / "host.yaml"), help="host file to update (default: %(default)s)")
     p.add_argument("--system", metavar="YAML",
@@ -318,7 +338,16 @@ def main(argv=None):
     p.add_argument("--save-bench", metavar="CSV", help="also write the raw micro-benchmark table here")
     p.add_argument("--fit-only", metavar="CSV", help="no measurement at all: refit from a table saved with --save-bench, "
                    "against the host file's peaks")
-    a = p.parse_args(argv)
+    p.add_argument("--skip-baseline", action="store_true",
+                   help="no efficiency model (the explainable baseline): the kernel model only")
+    p.add_argument("--skip-kernel-model", action="store_true",
+                   help="no kernel model (host probe, training models, leave-one-family-out, LightGBM fit)")
+    return p
+
+
+def main(argv=None):
+    a = _parser().parse_args(argv)
+    t_start = time.perf_counter()
     if not Path(a.host).exists():
         raise StageError(f"host file {a.host} not found (restore configs/host.yaml from git)")
     if a.system and not Path(a.system).exists():
@@ -349,11 +378,31 @@ def main(argv=None):
     if a.dry_run:   # the figures just measured, as the host file would have them
         host["peak_flops_per_s"] = {**host["peak_flops_per_s"], "float": flops, "default": flops}
         host["mem_bw_bytes_per_s"] = bw
-    calibrate_latency_model(host, None if a.dry_run else Path(a.out), quick=a.quick,
-                            budget_s=a.budget_s if a.budget_s is not None else (6.0 if a.quick else 80.0),
-                            target=a.target, threads=a.threads, save_bench=a.save_bench,
-                            passes=a.passes if a.passes is not None else (1 if a.quick else 3),
-                            in_model=not (a.quick or a.skip_in_model))
+    t0 = time.perf_counter()
+    if not a.skip_baseline:
+        calibrate_latency_model(host, None if a.dry_run else Path(a.out), quick=a.quick,
+                                budget_s=a.budget_s if a.budget_s is not None else (6.0 if a.quick else 80.0),
+                                target=a.target, threads=a.threads, save_bench=a.save_bench,
+                                passes=a.passes if a.passes is not None else (1 if a.quick else 3),
+                                in_model=not (a.quick or a.skip_in_model))
+        print(f"[baseline efficiency model] {time.perf_counter() - t0:.1f} s", flush=True)
+    if not a.skip_kernel_model:
+        kernel_step(a, host)
+    print(f"make calibrate: {time.perf_counter() - t_start:.0f} s in all", flush=True)
+
+
+def kernel_step(a, host: dict) -> None:
+    """The kernel model (lib/latency/calibrate_kernels.py): host probe, training models, LOFO, fit; host.yaml's
+    calibrated lines and the latency model file's kernel_model section written."""
+    res = ck.calibrate_kernels(host, quick=a.quick, threads=a.threads)
+    for k, (old, new) in res["raised"].items():
+        print(f"  {k} raised to what a kernel reached: {old:.4g} -> {new:.4g}")
+    if a.dry_run:
+        return
+    update_host_file(Path(a.host), ck.host_values(res["host"]))
+    print(f"updated {a.host}: CPU, caches, peaks per dtype, bandwidth per memory level")
+    ck.write_kernel_model(res, Path(a.out), HEADER)
+    print(f"wrote the kernel model into {a.out} (kernel_model) and {Path(a.out).parent / ck.KERNEL_MODEL_FILE}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,10 @@
 ORT rewrites the graph before running it (at its default level: constant folding, Conv+BN/activation/Add
 fusion, NCHWc layout with Reorder nodes...). Kernel events name *optimized* nodes, so we also save ORT's
 optimized graph and map each optimized node onto original nodes:
+0. the views ORT inserts around a MAC kernel (a 3-D MatMul+Add runs as Reshape -> Gemm -> Reshape) belong to
+   that kernel: the original tensor the output Reshape writes is the Gemm's (it ran the MatMul and the Add), and
+   both Reshapes take the Gemm's anchor (listed in `inserted`). lib/latency/kernels.py's table uses the same
+   mapping, so 01's node times and the kernel model's kernels agree;
 1. its original output tensor: an output whose name exists in the original graph, else the longest
    prefix of its node name that is an original tensor or node name (ORT names fused nodes
    "<original>_<suffix>", e.g. "relu_nchwc");
@@ -40,7 +44,7 @@ from lib.artifacts import atomic_path
 from lib.errors import StageError
 from lib.onnx.costs import node_cost
 from lib.onnx.graph import CONTROL_FLOW, Graph
-from lib.onnx.ops import is_mac_op, names_with, op_key
+from lib.onnx.ops import REGISTRY, is_mac_op, names_with, op_key
 from lib.onnx.reader import attribute_subgraphs, read_light, strip_external_references
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
@@ -156,6 +160,13 @@ def _keep(trace: Path, optimized: Path, dest: Path) -> None:
 
 LAYOUT_KERNELS = {"ReorderInput", "ReorderOutput", "MemcpyFromHost", "MemcpyToHost"}
 MOVES = names_with("rearranges")     # data movement, no arithmetic (the registry's flag)
+VIEW_KERNELS = names_with("view")
+MAC_OPS = frozenset(k.rpartition(":")[2] for k, op in REGISTRY.items() if op.weight_input is not None)
+
+
+def is_mac_kernel(op: str) -> bool:
+    """A kernel op that does MACs: a registered MAC op, or ORT's Fused*/Nhwc* forms of one."""
+    return op.removeprefix("Nhwc").removeprefix("Fused") in MAC_OPS
 
 
 def _original_tensor(name: str, outputs: list[str], g: Graph, node_index: dict[str, int]) -> tuple[str | None, bool]:
@@ -204,6 +215,39 @@ class _Attribution:
         self.anchor: dict[str, int | None] = {k: None for k in kernel_names}
         self.fused_into: dict[int, int] = {}
         self.inserted: set[str] = set()          # kernels ORT inserted or rewrote (steps 3 and 4)
+        self.view_of = self._mac_views(optimized) if optimized is not None else {}
+
+    def _mac_views(self, optimized: onnx.ModelProto) -> dict[str, str]:
+        """Step 0: ORT runs a 3-D MatMul(+Add) as Reshape -> Gemm -> Reshape. The Reshapes it inserted are views
+        of the MAC kernel between them: the output one's original tensor is the MAC kernel's (it ran the MatMul
+        and the Add), and both are second kernels on its group. {view kernel: MAC kernel}."""
+        prod = {o: n for n in optimized.graph.node for o in n.output}
+        cons = defaultdict(list)
+        for n in optimized.graph.node:
+            for i in n.input:
+                cons[i].append(n)
+        views, kernels = {}, set(self.kernels)
+        for k in self.kernels:
+            n = self.opt_nodes.get(k)
+            if n is None or n.op_type not in VIEW_KERNELS or k in self.node_index or not n.input or not n.output:
+                continue
+            p = prod.get(n.input[0])
+            mac = [c for c in cons.get(n.output[0], ()) if is_mac_kernel(c.op_type) and c.name in kernels]
+            if p is not None and is_mac_kernel(p.op_type) and p.name in kernels:
+                views[k] = p.name
+                if self.tensor_of.get(k):      # the original tensor the view writes is the MAC kernel's
+                    self.tensor_of[p.name], self.exact[p.name] = self.tensor_of[k], True
+            elif len(mac) == 1:
+                views[k] = mac[0].name
+            self.tensor_of[k] = None if k in views else self.tensor_of[k]
+        return views
+
+    def views(self) -> None:
+        """Step 0, after step 2: each view kernel of step 0 takes its MAC kernel's anchor."""
+        for k, m in self.view_of.items():
+            if self.anchor.get(k) is None and self.anchor.get(m) is not None:
+                self.anchor[k] = self.anchor[m]
+                self.inserted.add(k)
 
     def cover(self, k: str, group: list[int]) -> None:
         best = max(group, key=lambda p: (_work(self.g.nodes[p], self.g), -p))
@@ -310,7 +354,8 @@ class _Attribution:
         walks = self._walks(optimized)
         for k in self.kernels:
             n = self.opt_nodes.get(k)
-            if self.anchor.get(k) is not None or n is None or n.op_type in LAYOUT_KERNELS or self.tensor_of.get(k):
+            if (self.anchor.get(k) is not None or n is None or n.op_type in LAYOUT_KERNELS or self.tensor_of.get(k)
+                    or k in self.view_of):
                 continue
             up, down = walks(n)
             pos = self._same_op(n.op_type, up, down)
@@ -409,6 +454,7 @@ def attribute(g: Graph, optimized: onnx.ModelProto | None, kernel_names: list[st
     """
     att = _Attribution(g, optimized, kernel_names)
     att.computing()
+    att.views()
     if optimized is not None:
         att.renamed(optimized)
     att.epilogues()

@@ -30,12 +30,15 @@ from lib.analysis.roofline import node_bytes
 from lib.artifacts import CONFIGS, REPO, atomic_path, read_csv, results_dir, versions, write_csv, write_json
 from lib.errors import StageError
 from lib.host import load_host
+from lib.latency.kernel_model import load_kernel_model
 from lib.latency.latency_model import load_latency_model, peak_per_row, traffic_bytes
-from lib.latency.microbench import _graph_and_feeds_of_path, _input_shapes, node_times, profile_runs
+from lib.latency.microbench import _graph_and_feeds_of_path, _graph_of_path, _input_shapes, node_times, profile_runs
+from lib.latency.predict import kernel_prediction, optimized_graph
 from lib.onnx.graph import load_model, real_inputs
 from lib.progress import Progress
 
 SWEEP_COLUMNS = ["batch", "rounds", "measured_us", "measured_mean_us", "measured_p10_us", "kernel_us", "predicted_us",
+                 "predicted_lo_us", "predicted_hi_us", "predicted_by", "baseline_us", "baseline_err_pct",
                  "predicted_kernel_us", "err_pct", "err_mean_pct", "uncontended_us", "cpu_share", "err_uncontended_pct", "throughput_per_s", "throughput_pred_per_s", "flops", "bytes", "weight_bytes",
                  "ai_flop_per_byte", "nodes_run", "input_shapes"]
 
@@ -142,6 +145,21 @@ def compare(rdir: str | Path, model, peaks, bw: float, roles_ort: pd.DataFrame |
     return out
 
 
+def kernel_model_columns(c: dict, km, host: dict, rdir: Path, model_path, overrides: list[str], workload,
+                         preset) -> None:
+    """The kernel model's prediction (lib/latency/predict.py: ORT's kernels from the optimized graph 01 kept,
+    costed from 02's table, never 01's times) as predicted_us, the efficiency model's as baseline_us."""
+    c["baseline_us"] = c.get("predicted_us")
+    c["predicted_by"] = "baseline"
+    if km is None or c.get("baseline_us") is None:
+        return
+    g = _graph_of_path(model_path, overrides, workload, preset)
+    metrics = read_csv(rdir, "ops_metrics.csv", ("node", "op_type", "flops"))
+    p = kernel_prediction(km, g, metrics, optimized_graph(model_path, rdir), host)
+    c["predicted_us"], (c["predicted_lo_us"], c["predicted_hi_us"]) = p["predicted_latency_us"], p["interval_us"]
+    c["predicted_by"] = "kernel model"
+
+
 # ------------------------------------------------------------------ the sweep
 
 def batch_overrides(model_path: str | Path, batch: int, user: list[str], workload: str | None,
@@ -205,6 +223,8 @@ def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_ov
                              f"): batches {bad} cannot run. Re-export with a symbolic batch: "
                              f"python -m lib.onnx.export_models NAME {model_path} --dynamic-batch")
     model = load_latency_model(latency_model or CONFIGS / "latency_model.yaml")
+    km = load_kernel_model(latency_model or CONFIGS / "latency_model.yaml")
+    host_cfg = load_host(host or CONFIGS / "host.yaml")
     peaks, bw = model_roofline(model, host)
     workload = workload or str(CONFIGS / "workload.yaml")
     seen: dict[int, list[dict]] = {b: [] for b in batches}
@@ -221,6 +241,7 @@ def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_ov
                 run_stages(model_path, rdir, args, runs=runs, threads=threads, costs=rnd == 0)
                 c = compare(rdir, model, peaks, bw)
                 c.pop("per_node", None)
+                kernel_model_columns(c, km, host_cfg, rdir, model_path, [ov[0]], workload, preset)
                 if uncontended:
                     u = measure_uncontended(model_path, ov, workload, preset, runs=runs, threads=threads)
                     c["uncontended_us"], c["cpu_share"] = u["cpu_us"], u["share"]
@@ -251,6 +272,7 @@ def _sweep_row(b: int, rounds: list[dict]) -> dict:
     # every round has the same number of runs: the mean of the rounds' means is the mean of all runs
     r["measured_mean_us"] = float(np.mean([x["measured_mean_us"] for x in rounds]))
     r["err_pct"] = 100.0 * (r["predicted_us"] / r["measured_us"] - 1.0)
+    r["baseline_err_pct"] = 100.0 * (r["baseline_us"] / r["measured_us"] - 1.0) if r.get("baseline_us") else float("nan")
     r["err_mean_pct"] = 100.0 * (r["predicted_us"] / r["measured_mean_us"] - 1.0)
     r["err_uncontended_pct"] = 100.0 * (r["predicted_us"] / r["uncontended_us"] - 1.0)     # NaN when not measured
     r["throughput_per_s"] = b / (r["measured_us"] * 1e-6)
@@ -267,7 +289,9 @@ def plot(df: pd.DataFrame, path: Path, title: str) -> None:
     b = df["batch"]
     ax[0].plot(b, df["measured_us"] / 1e3, "o-", label="measured (01, median)")
     ax[0].plot(b, df["measured_mean_us"] / 1e3, "x-", label="measured (mean of all runs)")
-    ax[0].plot(b, df["predicted_us"] / 1e3, "s--", label="predicted (latency model)")
+    ax[0].plot(b, df["predicted_us"] / 1e3, "s--", label=f"predicted ({df['predicted_by'].iat[0]})")
+    if df["baseline_us"].notna().any() and (df["predicted_by"] != "baseline").any():
+        ax[0].plot(b, df["baseline_us"] / 1e3, "d:", label="baseline (efficiency model)")
     if df["uncontended_us"].notna().any():
         ax[0].plot(b, df["uncontended_us"] / 1e3, "^:", label="measured, cores to itself (CPU time)")
     ax[0].set(xscale="log", yscale="log", xlabel="batch", ylabel="latency (ms)", title="latency")
@@ -337,6 +361,8 @@ def main(argv=None):
     print(f"worst |predicted/measured - 1| over the batches: {df['err_pct'].abs().max():.1f}% (median of the rounds' "
           f"medians), {df['err_mean_pct'].abs().max():.1f}% (mean of all runs)"
           + (f", {df['err_uncontended_pct'].abs().max():.1f}% (uncontended)" if df["uncontended_us"].notna().any() else ""))
+    print(f"predicted by the {df['predicted_by'].iat[0]}; baseline (efficiency model) worst "
+          f"{df['baseline_err_pct'].abs().max():.1f}%")
     print(f"wrote {rdir / 'sweep.csv'} and {rdir / 'plots' / 'sweep.png'}")
 
 

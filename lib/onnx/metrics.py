@@ -17,7 +17,7 @@ from lib.onnx.ops_ml import ML_DOMAIN, attribute_bytes, sequence_bytes
 
 METRIC_COLUMNS = ["node", "op_type", "topo_idx", "flops", "macs", "act_in_bytes", "act_out_bytes",
                   "weight_bytes", "dtype", "out_shapes", "cost_known", "bytes_known", "shape_op", "op_class",
-                  "mac_dtype", "shape_source", "cost_note", "layer"]
+                  "mac_dtype", "shape_source", "cost_note", "layer", "compute_dtype"]
 TEXT_METRICS = set(METRIC_COLUMNS) & set(TEXT_COLUMNS)      # kept as Python str objects (_frame)
 
 
@@ -26,6 +26,34 @@ def _mac_dtype(n, g: Graph, op) -> str:
     idx = op.weight_input if op is not None and op.weight_input is not None else 1
     t = g.tensors.get(n.input[idx]) if len(n.input) > idx else None
     return dtype_name(t.elem_type) if t is not None else "unknown"
+
+
+INT_MAC_OPS = names_with("int8")            # integer kernels (the registry's flags, lib/onnx/ops.py)
+QDQ_FUSED = names_with("qdq_fused")         # ORT runs DequantizeLinear -> these -> QuantizeLinear as integer kernels
+INT_TYPES = {"int8", "uint8"}
+
+
+def _dequantized(g: Graph, t: str) -> bool:
+    """Whether tensor t is a DequantizeLinear's output of an 8-bit integer tensor."""
+    p = g.producer.get(t)
+    if p is None or g.op_types[p] != "DequantizeLinear":
+        return False
+    src = g.tensors.get(g.node_inputs[p][0]) if g.node_inputs[p] else None
+    return src is not None and dtype_name(src.elem_type) in INT_TYPES
+
+
+def compute_dtype(n, g: Graph, dtype: str, mac_dtype: str) -> str:
+    """The element type a node's kernel computes in: int8 for integer MAC ops, and for a Conv/MatMul/Gemm fed by
+    DequantizeLinear of 8-bit tensors that ORT fuses into an integer kernel (QLinearConv, QLinearMatMul: the output
+    goes to QuantizeLinear only; MatMulIntegerToFloat for a MatMul); else the node's element type (float16 where it
+    is an fp16 node)."""
+    if n.op_type in INT_MAC_OPS or mac_dtype in INT_TYPES:
+        return "int8"
+    if n.op_type in QDQ_FUSED and len(n.input) >= 2 and all(_dequantized(g, t) for t in n.input[:2]):
+        cons = [g.op_types[c] for o in n.output for c in g.consumers.get(o, ())]
+        if n.op_type == "MatMul" or (cons and all(c == "QuantizeLinear" for c in cons)):
+            return "int8"
+    return dtype
 
 
 def layer_name(node) -> str:
@@ -120,16 +148,18 @@ def _rows(g: Graph, consts: set[str]) -> list[list]:
         else:
             shapes, source = _shapes_text(tensors, outs, shape_texts), _source(g, consts, outs, outputs)
         macs = np.nan if cost is None else cost[1]
+        dtype = dtype_name(main.elem_type) if main is not None else "unknown"
+        # integer MACs stay MACs: the element type they are done in (the weight operand's)
+        mac_dtype = _mac_dtype(n, g, op) if cost is not None and macs > 0 else ""
         out.append((
             g.names[pos], key, pos, np.nan if cost is None else cost[0], macs,
             np.nan if act_in is None else act_in, np.nan if act_out is None else act_out, w,
-            dtype_name(main.elem_type) if main is not None else "unknown", shapes,
+            dtype, shapes,
             cost is not None, act_in is not None and act_out is not None,
             n.op_type in SHAPE_OPS or bool(outs) and shp.issuperset(outs),
             cls(n, g) if callable(cls) else cls,
-            # integer MACs stay MACs: the element type they are done in (the weight operand's)
-            _mac_dtype(n, g, op) if cost is not None and macs > 0 else "",
-            source, cost_note(n, g) if n.op_type in CONTROL_FLOW else "", layers[pos]))
+            mac_dtype, source, cost_note(n, g) if n.op_type in CONTROL_FLOW else "", layers[pos],
+            compute_dtype(n, g, dtype, mac_dtype) if macs == macs and macs > 0 else dtype))
         if len(out) == ROW_BLOCK:
             _extend(cols, out)
     _extend(cols, out)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from markupsafe import Markup
 
 from lib.artifacts import PRODUCER, read_csv, read_json
 from lib.errors import StageError
@@ -23,6 +24,7 @@ from lib.report.beyond import beyond_section
 from lib.report.fmt import (num as _num, data_uri, fig_html as _fig_html, mj, ms, nbytes, node_label, pct, per_s,
                             plot_layout as _layout, script_json, si, table)
 from lib.report.graph import THRESHOLD, graph_section
+from lib.zoo.table import zoo_html
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "report.html.j2"
@@ -432,7 +434,6 @@ def build(rdir: Path, light=None, top_nodes: int = 15, graph: tuple = (None, THR
     """The report page of one results folder, and what report_meta.json records about it. graph: the graph
     section's layout library (None: dot when installed) and the node count above which it is collapsed."""
     import plotly
-    from markupsafe import Markup
 
     art = Artifacts(rdir, light)
     s = {"summary": summary_section(art), "graph": graph_section(art, graph[1], graph[0]),
@@ -492,8 +493,9 @@ def build_index(root: Path) -> tuple[str, int]:
     t = table(["model", "input", "latency (session, median)", "MACs", "FLOPs", "AI (FLOP/B)", "parallelism",
                "energy (component model)", "energy (power x time)", "energy (counter)", "all on A", "all on B",
                "best split"], rows, {2, 3, 4, 5, 6, 7, 8, 9, 10, 11})
+    zoo = zoo_html(root)     # the zoo's table (results/zoo.csv), when `make zoo` wrote one here
     html = _env().get_template(TEMPLATE).render(page="index", title="nn-perf: analysed models", index=t, links=links,
-                                                advice=advice, pending=pending)
+                                                advice=advice, pending=pending, zoo=Markup(zoo) if zoo else None)
     return html, len(rows)
 
 

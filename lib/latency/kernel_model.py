@@ -1,0 +1,269 @@
+"""The kernel model: per ORT kernel, time = its roofline bound x a learned slowdown >= 1; a session = the kernels'
+sum plus what happens between them.
+
+Per kernel (lib/latency/kernels.py's table): bounds() gives the cache-aware roofline bound (lib/analysis/roofline.py:
+FLOPs at the compute dtype's peak, bytes at the bandwidth of the level the working set fits in). features() are
+what a kernel's time depends on: its op and fused pattern, compute dtype, dims, FLOPs, bytes, weight bytes,
+arithmetic intensity, memory level, threads. A LightGBM regressor (gradient-boosted trees, as nn-Meter keeps per
+kernel type; categorical splits on op/pattern/dtype, so one model serves all types) learns
+y = log(t / max(bound, 1 us)); the prediction max(bound, max(bound, 1 us) x e^y) is never below the bound (the
+utilisation stays in (0, 1], as in NeuSight).
+
+Kernel types (op/compute dtype) the training never saw are flagged `seen = False`. The interval of a kernel
+comes from the held-out (leave-one-family-out) residual quantiles of its type (of all kernels for a type with
+few residuals); a session's interval adds the kernels' ends.
+
+Session latency = (1 + a) x sum(kernels) + b x n_kernels + c, a, b, c >= 0 fitted by non-negative least
+squares on the training models' sessions (scipy nnls): the thread-pool start, dispatch and session overhead
+between kernels. The target is each model's kernel sum plus the median over its runs of the time outside the
+kernels (on a machine shared with other work that time also carries descheduled threads).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+from scipy.optimize import nnls
+
+from lib.analysis.roofline import LEVELS, bound_us
+from lib.artifacts import atomic_path, load_yaml
+from lib.errors import StageError
+from lib.host import per_dtype
+
+CATEGORICAL = ["op", "pattern", "compute_dtype", "mem_level"]
+NUMERIC = ["log_flops", "log_bytes", "log_weight", "log_numel", "log_ai", "log_bound", "n_nodes", "rank",
+           "d1", "d2", "d3", "d4", "layout", "threads", "level", "micro"]
+FLOOR_US = 1.0          # the profiler's resolution: the base of the target for kernels whose bound is below it
+MIN_T_US = 0.5          # a kernel recorded as 0 us ran for under a microsecond
+PARAMS = {"objective": "regression", "learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 5,
+          "feature_fraction": 0.9, "bagging_fraction": 0.9, "bagging_freq": 1, "lambda_l2": 1.0,
+          "max_cat_to_onehot": 8, "cat_smooth": 5, "min_data_per_group": 5, "verbose": -1, "num_threads": 1,
+          "deterministic": True, "seed": 0}
+ROUNDS = 400
+# one thread: LightGBM's OpenMP threads spin-wait, and on a machine shared with other work 2 threads were
+# measured 25x slower than 1 (127 s against 5.5 s for one fit)
+QUANTILES = (0.1, 0.9)
+RESIDUAL_CAP = float(np.log(4.0))   # a held-out residual past 4x is a descheduled run on a shared machine, not the type
+
+
+def kernel_type(kt: pd.DataFrame) -> pd.Series:
+    return kt["op"].astype(str) + "/" + kt["compute_dtype"].astype(str)
+
+
+def bounds(kt: pd.DataFrame, host: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(bound in us, memory level) per kernel: no kernel can run faster on this host."""
+    peaks = host["peak_flops_per_s"]
+    peak = np.array([per_dtype(peaks, d) for d in kt["compute_dtype"].astype(str)], dtype=float)
+    flops = np.nan_to_num(kt["flops"].to_numpy(float))
+    nbytes = np.nan_to_num(kt["bytes"].to_numpy(float))
+    t, level = bound_us(flops, nbytes, peak, host)
+    return t, level
+
+
+def _dims(text: str) -> list[float]:
+    try:
+        d = [float(x) for x in str(text).split("x") if x]
+    except ValueError:
+        d = []
+    return [len(d)] + ([1.0] * 4 + d)[-4:]
+
+
+def features(kt: pd.DataFrame, host: dict, threads: int) -> tuple[pd.DataFrame, np.ndarray]:
+    """(the feature table, the bound in us) of a kernel table."""
+    b, level = bounds(kt, host)
+    flops = np.nan_to_num(kt["flops"].to_numpy(float))
+    nbytes = np.nan_to_num(kt["bytes"].to_numpy(float))
+    dims = np.array([_dims(d) for d in kt["dims"].fillna("")], dtype=float).reshape(len(kt), 5)
+    f = pd.DataFrame({
+        "op": kt["op"].astype(str).to_numpy(), "pattern": kt["pattern"].astype(str).to_numpy(),
+        "compute_dtype": kt["compute_dtype"].astype(str).to_numpy(), "mem_level": level,
+        "log_flops": np.log1p(flops), "log_bytes": np.log1p(nbytes),
+        "log_weight": np.log1p(np.nan_to_num(kt["weight_bytes"].to_numpy(float))),
+        "log_numel": np.log1p(np.nan_to_num(kt["out_numel"].to_numpy(float))),
+        "log_ai": np.log1p(flops / np.maximum(nbytes, 1.0)), "log_bound": np.log(np.maximum(b, 1e-3)),
+        "n_nodes": kt["n_nodes"].to_numpy(float), "rank": dims[:, 0], "d1": np.log1p(dims[:, 1]),
+        "d2": np.log1p(dims[:, 2]), "d3": np.log1p(dims[:, 3]), "d4": np.log1p(dims[:, 4]),
+        "layout": kt["layout"].astype(bool).to_numpy(float), "threads": float(threads),
+        "level": np.array([LEVELS.index(x) for x in level], dtype=float),
+        # a micro-benchmark's kernel runs alone (caches warm, no neighbours): the trees learn the offset, a
+        # prediction is always for a kernel inside a model (0)
+        "micro": kt["micro"].to_numpy(float) if "micro" in kt else 0.0})
+    return f, b
+
+
+def _categorize(f: pd.DataFrame, categories: dict[str, list[str]]) -> pd.DataFrame:
+    f = f.copy()
+    for c in CATEGORICAL:
+        known = f[c].where(f[c].isin(categories[c]))          # unseen values: NaN (LightGBM's missing)
+        f[c] = pd.Categorical(known, categories=categories[c])
+    return f[CATEGORICAL + NUMERIC]
+
+
+def target(t_us, bound) -> np.ndarray:
+    return np.log(np.maximum(np.asarray(t_us, float), MIN_T_US) / np.maximum(bound, FLOOR_US))
+
+
+def from_target(y, bound) -> np.ndarray:
+    return np.maximum(bound, np.maximum(bound, FLOOR_US) * np.exp(y))
+
+
+def fit_overhead(kernel_sum_us, n_kernels, session_us) -> dict[str, float]:
+    """a, b, c >= 0 of session = (1 + a) x sum + b x n + c (non-negative least squares, relative weights)."""
+    s, n, y = (np.asarray(v, float) for v in (kernel_sum_us, n_kernels, session_us))
+    w = 1.0 / np.maximum(y, 1.0)        # relative error: a 50 ms model does not drown a 1 ms one
+    coef, _ = nnls(np.column_stack([s, n, np.ones_like(s)]) * w[:, None], (y - s) * w)
+    return {"a": float(coef[0]), "b_us": float(coef[1]), "c_us": float(coef[2])}
+
+
+class KernelModel:
+    """A fitted kernel model (see the module docstring); `families`: those it was trained on."""
+
+    def __init__(self, booster: lgb.Booster, categories: dict, seen: list[str], residuals: dict,
+                 overhead: dict, families: list[str], threads: int):
+        self.booster, self.categories, self.seen = booster, categories, set(seen)
+        self.residuals, self.overhead, self.families, self.threads = residuals, overhead, families, threads
+
+    @classmethod
+    def fit(cls, records: list[dict], host: dict, threads: int = 0, rounds: int = ROUNDS) -> "KernelModel":
+        """records: {"model", "family", "kernels" (a kernel table with t_us), "session_us" (None for micro-
+        benchmarks: kernels only)}."""
+        kt = pd.concat([r["kernels"].assign(micro=float(r["family"] == "micro")) for r in records], ignore_index=True)
+        kt = kt[kt["t_us"].notna()]
+        f, b = features(kt, host, threads)
+        categories = {c: sorted(set(f[c].astype(str))) for c in CATEGORICAL}
+        y = target(kt["t_us"], b)
+        w = np.sqrt(np.maximum(kt["t_us"].to_numpy(float), 1.0))   # the kernels that make a session's time count more
+        booster = lgb.train(PARAMS, lgb.Dataset(_categorize(f, categories), y, weight=w,
+                                                categorical_feature=CATEGORICAL), num_boost_round=rounds)
+        model = cls(booster, categories, sorted(set(kernel_type(kt))), {}, {"a": 0.0, "b_us": 0.0, "c_us": 0.0},
+                    sorted({r["family"] for r in records}), threads)
+        model.residuals = residual_quantiles(kernel_type(kt), y - booster.predict(_categorize(f, categories)))
+        sessions = [r for r in records if r.get("session_us")]
+        if sessions:    # the kernels' sum plus the time between them (its lower quartile: contention only adds)
+            ksum = [r["kernels"]["t_us"].sum() for r in sessions]
+            model.overhead = fit_overhead(ksum, [len(r["kernels"]) for r in sessions],
+                                          [s + r.get("between_us", r["session_us"] - s) for s, r in zip(ksum, sessions)])
+        return model
+
+    def predict_kernels(self, kt: pd.DataFrame, host: dict) -> pd.DataFrame:
+        """Per kernel: bound_us, mem_level, pred_us, lo_us, hi_us, seen."""
+        f, b = features(kt, host, self.threads)
+        y = self.booster.predict(_categorize(f, self.categories)) if len(kt) else np.zeros(0)
+        types = kernel_type(kt)
+        q = np.array([self.residuals.get(t, self.residuals.get("*", [0.0, 0.0])) for t in types], float).reshape(-1, 2)
+        return pd.DataFrame({"kernel": kt["kernel"].to_numpy(), "type": types.to_numpy(), "bound_us": b,
+                             "mem_level": f["mem_level"].to_numpy(), "pred_us": from_target(y, b),
+                             # the interval always holds the prediction (held-out residuals of a type can all
+                             # lie on one side of it)
+                             "lo_us": from_target(y + np.minimum(q[:, 0], 0.0), b),
+                             "hi_us": from_target(y + np.maximum(q[:, 1], 0.0), b),
+                             "seen": types.isin(self.seen).to_numpy()})
+
+    def session(self, per_kernel: pd.DataFrame) -> dict:
+        """The session's predicted latency and interval from predict_kernels()' table."""
+        o, n = self.overhead, len(per_kernel)
+
+        def total(s):
+            return float((1 + o["a"]) * s + o["b_us"] * n + o["c_us"])
+        unseen = sorted(set(per_kernel.loc[~per_kernel["seen"], "type"]))
+        return {"predicted_latency_us": total(per_kernel["pred_us"].sum()),
+                "interval_us": [total(per_kernel["lo_us"].sum()), total(per_kernel["hi_us"].sum())],
+                "bound_us": float(per_kernel["bound_us"].sum()), "kernels": n, "unseen_kernel_types": unseen}
+
+    def predict_session(self, kt: pd.DataFrame, host: dict) -> dict:
+        return self.session(self.predict_kernels(kt, host))
+
+    def document(self, model_file: str) -> dict:
+        return {"file": model_file, "families": self.families, "threads": self.threads, "overhead": self.overhead,
+                "categories": self.categories, "seen_kernel_types": sorted(self.seen),
+                "residual_quantiles": {k: [round(float(x), 4) for x in v] for k, v in sorted(self.residuals.items())}}
+
+    def save(self, path: str | Path) -> None:
+        with atomic_path(Path(path)) as tmp:
+            self.booster.save_model(str(tmp))
+
+    @classmethod
+    def load(cls, doc: dict, base: str | Path) -> "KernelModel":
+        booster = lgb.Booster(model_file=str(Path(base) / doc["file"]))
+        if booster.feature_name() != CATEGORICAL + NUMERIC:
+            raise StageError(f"{doc['file']} was fitted on other features ({len(booster.feature_name())}) than this "
+                             f"version computes: re-run make calibrate")
+        return cls(booster, doc["categories"], doc["seen_kernel_types"],
+                   {k: list(v) for k, v in doc["residual_quantiles"].items()}, doc["overhead"], doc["families"],
+                   int(doc.get("threads", 0)))
+
+
+def residual_quantiles(types: pd.Series, resid: np.ndarray, min_n: int = 8) -> dict[str, list[float]]:
+    """Per kernel type the QUANTILES of log residuals (measured / predicted), "*" for all of them; a type with
+    fewer than min_n residuals takes "*"."""
+    d = pd.DataFrame({"t": np.asarray(types), "r": np.clip(np.asarray(resid, float), -RESIDUAL_CAP, RESIDUAL_CAP)})
+    out = {"*": [float(np.quantile(d["r"], q)) for q in QUANTILES] if len(d) else [0.0, 0.0]}
+    for t, g in d.groupby("t"):
+        if len(g) >= min_n:
+            out[str(t)] = [float(np.quantile(g["r"], q)) for q in QUANTILES]
+    return out
+
+
+def leave_one_family_out(records: list[dict], host: dict, threads: int = 0,
+                         rounds: int = ROUNDS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Each family's models predicted by a model trained on the other families (micro-benchmark records, with
+    no session, always train). Returns (per model: model, family, measured_us, predicted_us, lo_us, hi_us,
+    unseen; per held-out kernel: type, log residual)."""
+    families = sorted({r["family"] for r in records if r.get("session_us")})
+    rows, resid = [], []
+    for fam in families:
+        train = [r for r in records if r["family"] != fam]
+        if not any(r.get("session_us") for r in train):
+            continue
+        km = KernelModel.fit(train, host, threads, rounds)
+        for r in records:
+            if r["family"] != fam or not r.get("session_us"):
+                continue
+            per = km.predict_kernels(r["kernels"], host)
+            s = km.session(per)
+            rows.append({"model": r["model"], "family": fam, "measured_us": r["session_us"],
+                         "predicted_us": s["predicted_latency_us"], "lo_us": s["interval_us"][0],
+                         "hi_us": s["interval_us"][1], "unseen": len(s["unseen_kernel_types"]),
+                         "measured_kernel_us": float(r["kernels"]["t_us"].sum()),
+                         "predicted_kernel_us": float(per["pred_us"].sum())})
+            t = r["kernels"]["t_us"].to_numpy(float)
+            ok = ~np.isnan(t)
+            resid.append(pd.DataFrame({"type": per["type"][ok], "family": fam, "model": r["model"],
+                                       "r": np.log(np.maximum(t[ok], MIN_T_US) / per["pred_us"].to_numpy()[ok])}))
+    empty = pd.DataFrame(columns=["type", "family", "model", "r"])
+    return pd.DataFrame(rows), (pd.concat(resid, ignore_index=True) if resid else empty)
+
+
+def _score(err: np.ndarray) -> dict:
+    e = np.abs(err)
+    return {"n": int(len(e)), "within_5": float(np.mean(e <= 0.05)) if len(e) else None,
+            "within_10": float(np.mean(e <= 0.10)) if len(e) else None,
+            "mape": float(np.mean(e)) if len(e) else None,
+            "rmspe": float(np.sqrt(np.mean(err ** 2))) if len(e) else None,
+            "median_abs": float(np.median(e)) if len(e) else None}
+
+
+def scores(df: pd.DataFrame, column: str = "predicted_us", measured: str = "measured_us") -> dict:
+    """Share within 5% and 10%, MAPE, RMSPE, median |error| of `column` against `measured`: all, per family."""
+    err = df[column].to_numpy(float) / df[measured].to_numpy(float) - 1
+    return {"all": _score(err), "by_family": {str(f): _score(err[(df["family"] == f).to_numpy()])
+                                              for f in sorted(df["family"].unique())}}
+
+
+def load_kernel_model(latency_model_file: str | Path) -> KernelModel | None:
+    """The kernel model a latency model file names in its `kernel_model` section (its LightGBM text file beside
+    it); None when the file or the section is missing (a file calibrated before the kernel model)."""
+    path = Path(latency_model_file)
+    if not path.exists():
+        return None
+    doc = load_yaml(path, "latency model").get("kernel_model")
+    if not doc:
+        return None
+    if not (path.parent / str(doc.get("file", ""))).exists():
+        raise StageError(f"{path}: its kernel model file {doc.get('file')} is missing beside it: re-run make calibrate")
+    try:
+        return KernelModel.load(doc, path.parent)
+    except (KeyError, TypeError, lgb.basic.LightGBMError) as e:
+        raise StageError(f"{path}: kernel_model section unreadable ({type(e).__name__}: {e}): re-run make calibrate") from None

@@ -1,0 +1,162 @@
+"""One row per ONNX Runtime kernel: what ORT really runs, mapped onto the original nodes it covers.
+
+A profiled model gives hundreds of measured kernels (ORT's profiler trace: one `<name>_kernel_time` event per
+kernel per run, with its op and its input/output shapes). ORT fuses several original nodes into one kernel
+(Conv+Relu, Add+Add+LayerNormalization as SkipLayerNormalization) and inserts kernels of its own (NCHWc
+Reorder*, copies). Each kernel is mapped onto its *group* of original nodes by stage 01's attribution
+(lib.latency.profiling.attribute); the group's FLOPs/MACs/weight bytes are summed from stage 02's table, its
+traffic is what the fused kernel reads and writes (the first node's activations in, the last node's out, the
+group's weights), its anchor is the node whose op the kernel's op names, else the MAC-heaviest, else the first.
+A second kernel on the same group (a layout Reorder, a copy) carries no FLOPs: it moves its output's bytes twice.
+
+Without a profile (prediction), the kernels are the nodes of ORT's optimized graph (it saves one at session
+creation): the same table without times, so that a model's prediction never uses its own measured kernels.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import onnx
+import pandas as pd
+
+from lib.analysis.roofline import kernel_node_bytes
+from lib.latency.profiling import LAYOUT_KERNELS, VIEW_KERNELS, attribute, is_mac_kernel, kernel_times
+
+KERNEL_COLUMNS = ["kernel", "op", "pattern", "node", "nodes", "n_nodes", "flops", "macs", "weight_bytes",
+                  "act_in_bytes", "act_out_bytes", "bytes", "compute_dtype", "dims", "out_numel", "layout",
+                  "in_shapes", "out_shapes", "t_us", "p10_us", "p90_us", "runs"]
+__all__ = ["KERNEL_COLUMNS", "is_mac_kernel", "kernel_table", "group_row", "optimized_kernels", "trace_kernels"]
+
+
+def _shape_text(shapes) -> str:
+    """'1x3x16x16;16x3x3x3' from ORT's [{'float': [1, 3, 16, 16]}, ...]."""
+    out = []
+    for s in shapes or []:
+        dims = next(iter(s.values()), []) if isinstance(s, dict) else []
+        out.append("x".join(str(d) for d in dims))
+    return ";".join(out)
+
+
+def trace_kernels(events: list[dict], warmup: int) -> tuple[list[dict[str, float]], dict[str, str], dict]:
+    """(per measured run {kernel: us}, {kernel: op}, {kernel: (input shapes, output shapes)}) of ORT's trace."""
+    per_run, _ = kernel_times(events, warmup)
+    ops, shapes = {}, {}
+    for e in events:
+        name = e.get("name", "")
+        if e.get("cat") == "Node" and name.endswith("_kernel_time"):
+            k, args = name[: -len("_kernel_time")], e.get("args", {})
+            ops.setdefault(k, args.get("op_name", ""))
+            shapes.setdefault(k, (_shape_text(args.get("input_type_shape")), _shape_text(args.get("output_type_shape"))))
+    return per_run, ops, shapes
+
+
+def optimized_kernels(optimized: onnx.ModelProto) -> tuple[list[str], dict[str, str]]:
+    """Kernel names and ops of ORT's optimized graph (its profiler names unnamed nodes <op>_<index>)."""
+    names, ops = [], {}
+    for i, n in enumerate(optimized.graph.node):
+        name = n.name or f"{n.op_type}_{i}"
+        names.append(name)
+        ops[name] = n.op_type
+    return names, ops
+
+
+def _groups(att: dict, n_nodes: int) -> dict[int, list[int]]:
+    members = defaultdict(list)
+    for pos, anchor in att["fused_into"].items():
+        members[anchor].append(pos)
+    return {a: sorted([a] + members.get(a, [])) for a in range(n_nodes)}
+
+
+def _anchor(group: list[int], op: str, ops: np.ndarray, macs: np.ndarray) -> int:
+    same = [p for p in group if ops[p] == op]
+    if same:
+        return same[0]
+    heavy = max(group, key=lambda p: (np.nan_to_num(macs[p]), -p))
+    return heavy if np.nan_to_num(macs[heavy]) > 0 else group[0]
+
+
+def group_row(group: list[int], op: str, m: dict) -> dict:
+    """Costs of one kernel that runs the original nodes `group` (positions, topological order)."""
+    a = _anchor(group, op, m["op"], m["macs"])
+    first, last = group[0], group[-1]
+    w = float(np.nansum(m["weight_bytes"][group]))
+    act_in, act_out = float(np.nan_to_num(m["act_in"][first])), float(np.nan_to_num(m["act_out"][last]))
+    own = m["kbytes"][group[0]] if len(group) == 1 else w + act_in + act_out
+    dt = m["compute_dtype"][a]
+    shown = [p for p in group if not m["shape_op"][p]] or [a]     # shape arithmetic ORT folds away: not the pattern
+    return {"pattern": "+".join(str(m["op"][p]) for p in shown), "node": m["node"][a],
+            "nodes": ";".join(str(m["node"][p]) for p in group), "n_nodes": len(group),
+            "flops": float(np.nansum(m["flops"][group])), "macs": float(np.nansum(m["macs"][group])),
+            "weight_bytes": w, "act_in_bytes": act_in, "act_out_bytes": act_out, "bytes": float(own),
+            "compute_dtype": dt, "dims": m["dims"][a], "layout": False}
+
+
+def _metric_arrays(g, metrics: pd.DataFrame) -> dict:
+    df = metrics.set_index("node").reindex(list(g.names))
+    cdt = df["compute_dtype"] if "compute_dtype" in df else df["dtype"]
+    return {"node": np.asarray(g.names, dtype=object), "op": np.asarray([n.op_type for n in g.nodes], dtype=object),
+            "flops": df["flops"].to_numpy(float), "macs": df["macs"].to_numpy(float),
+            "weight_bytes": df["weight_bytes"].to_numpy(float), "act_in": df["act_in_bytes"].to_numpy(float),
+            "act_out": df["act_out_bytes"].to_numpy(float), "kbytes": kernel_node_bytes(df.reset_index()),
+            "compute_dtype": cdt.fillna("float").astype(str).to_numpy(object),
+            "shape_op": (df["shape_op"].fillna(False).astype(bool).to_numpy() if "shape_op" in df else np.zeros(len(df), bool))
+            | np.array([n.op_type.startswith("Constant") or n.op_type in VIEW_KERNELS for n in g.nodes], dtype=bool),
+            "dims": df["out_shapes"].fillna("").astype(str).str.split(";").str[0].to_numpy(object)}
+
+
+def _group_owners(names: list[str], ops: dict, anchor: dict) -> dict[int, str]:
+    """{anchor: the kernel that runs its group}: the first one that is no view or layout kernel (an input
+    Reshape ORT inserted before a Gemm comes first, lib.latency.profiling's step 0), else the first view."""
+    owner: dict[int, str] = {}
+    for skip in (VIEW_KERNELS | LAYOUT_KERNELS, LAYOUT_KERNELS):
+        for k in names:
+            if anchor.get(k) is not None and ops.get(k, "") not in skip:
+                owner.setdefault(anchor[k], k)
+    return owner
+
+
+def _numel(dims: str) -> float:
+    try:
+        return float(np.prod([int(d) for d in dims.split("x")])) if dims else 0.0
+    except ValueError:
+        return float("nan")
+
+
+def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, events: list[dict] | None = None,
+                 warmup: int = 0) -> pd.DataFrame:
+    """KERNEL_COLUMNS per kernel. `events`: ORT's profiler trace (times: median over the runs after `warmup`);
+    None: the kernels of the optimized graph, without times."""
+    if events is not None:
+        per_run, ops, shapes = trace_kernels(events, warmup)
+        order = {n: i for i, n in enumerate(optimized_kernels(optimized)[0])} if optimized is not None else {}
+        names = sorted({k for r in per_run for k in r}, key=lambda k: (order.get(k, len(order)), k))
+    else:
+        names, ops = optimized_kernels(optimized)
+        per_run, shapes = [], {}
+    att = attribute(g, optimized, names)
+    m = _metric_arrays(g, metrics)
+    groups = _groups(att, len(g.nodes))
+    owner = _group_owners(names, ops, att["anchor"])
+    rows = []
+    for k in names:
+        a, op = att["anchor"].get(k), ops.get(k, "")
+        if a is None:
+            row = {"pattern": op, "node": "", "nodes": "", "n_nodes": 0, "flops": 0.0, "macs": 0.0, "weight_bytes": 0.0,
+                   "act_in_bytes": 0.0, "act_out_bytes": 0.0, "bytes": 0.0, "compute_dtype": "float", "dims": "",
+                   "layout": op in LAYOUT_KERNELS}
+        elif owner.get(a) != k:    # a second kernel on a group: a view, a layout or a copy of its output
+            nb = 0.0 if op in VIEW_KERNELS else float(np.nan_to_num(m["act_out"][a]))   # a view moves no data
+            row = {"pattern": op, "node": m["node"][a], "nodes": "", "n_nodes": 0, "flops": 0.0, "macs": 0.0,
+                   "weight_bytes": 0.0, "act_in_bytes": nb, "act_out_bytes": nb, "bytes": 2 * nb,
+                   "compute_dtype": m["compute_dtype"][a], "dims": m["dims"][a], "layout": True}
+        else:
+            row = group_row(groups[a], op, m)
+        ts = np.array([r.get(k, 0.0) for r in per_run], dtype=float)
+        ins, outs = shapes.get(k, ("", ""))
+        rows.append({"kernel": k, "op": op, **row, "out_numel": _numel(row["dims"]), "in_shapes": ins,
+                     "out_shapes": outs, "t_us": float(np.median(ts)) if ts.size else np.nan,
+                     "p10_us": float(np.percentile(ts, 10)) if ts.size else np.nan,
+                     "p90_us": float(np.percentile(ts, 90)) if ts.size else np.nan, "runs": int(ts.size)})
+    return pd.DataFrame(rows, columns=KERNEL_COLUMNS)
+

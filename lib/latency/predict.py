@@ -1,0 +1,146 @@
+"""The session latency prediction stage 03 writes (merge_meta.json `prediction`) and the sweep uses.
+
+predicted_latency_us: the kernel model (lib/latency/kernel_model.py) on the kernels ORT runs for this model, read
+from ORT's optimized graph (the one stage 01 kept in results/<stem>/profile/, else a session created for it) and
+costed from stage 02's metrics: never from 01's measured kernel times, so a model's prediction does not use its
+own profile. interval_us: from the held-out residuals of its kernel types; unseen_kernel_types: the types the
+training never saw (their time is the model's guess from neighbours, said so). baseline_latency_us: the
+explainable efficiency model (lib/latency/latency_model.py) beside it. Without a kernel model (a latency model file
+calibrated before it, or none) the baseline stands, said so in `note`.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pandas as pd
+
+from lib.errors import StageError
+from lib.latency.kernel_model import KernelModel, load_kernel_model
+from lib.latency.kernels import kernel_table
+from lib.latency.latency_model import load_latency_model, ort_node_roles, predict_profile
+from lib.onnx.loading import analysed
+from lib.latency.profiling import _session
+
+
+def optimized_graph(model_path: str | Path, rdir: Path | None = None, threads: int = 0) -> onnx.ModelProto:
+    """ORT's optimized graph of the model: stage 01's kept copy when there is one, else from a new session."""
+    kept = Path(rdir) / "profile" / "ort_optimized.onnx" if rdir is not None else None
+    if kept is not None and kept.exists():
+        return onnx.load(str(kept), load_external_data=False)
+    with tempfile.TemporaryDirectory(prefix="ortopt_") as tmp:
+        opt = os.path.join(tmp, "optimized.onnx")
+        sess = _session(str(model_path), "cpu", threads, "all", os.path.join(tmp, "prof"), opt)
+        try:
+            sess.end_profiling()
+        except Exception:  # noqa: BLE001 - nothing was profiled; the file may not exist
+            pass
+        del sess
+        return onnx.load(opt, load_external_data=False)
+
+
+def kernel_prediction(km: KernelModel, g, metrics: pd.DataFrame, optimized: onnx.ModelProto, host: dict) -> dict:
+    """The kernel model's session prediction (see the module docstring) and its per-kernel table."""
+    kt = kernel_table(g, metrics, optimized)
+    per = km.predict_kernels(kt, host)
+    return {**km.session(per), "kernel_model_families": km.families, "per_kernel": per.assign(pattern=kt["pattern"])}
+
+
+def predict_session(g, metrics: pd.DataFrame, model_path, host: dict, latency_model_file, baseline_us: float,
+                    rdir: Path | None = None) -> dict:
+    """merge_meta.json's `prediction` (without the per-kernel table): kernel model, interval, baseline."""
+    out = {"baseline_latency_us": baseline_us, "baseline": "efficiency model (lib/latency/latency_model.py)"}
+    try:
+        km = load_kernel_model(latency_model_file)
+    except StageError as e:
+        km, out["note_kernel_model"] = None, str(e)
+    if km is None or g is None:
+        why = ("no graph (run 03 with --model)" if km is not None
+               else f"no kernel model in {latency_model_file} (run make calibrate)")
+        return {**out, "predicted_latency_us": baseline_us, "interval_us": None, "predicted_by": "baseline",
+                "note_kernel_model": out.get("note_kernel_model", why)}
+    pred = kernel_prediction(km, g, metrics, optimized_graph(model_path, rdir), host)
+    per = pred.pop("per_kernel")
+    return {**out, **pred, "predicted_by": "kernel model", "unseen_kernel_share": float(
+        np.sum(per.loc[~per["seen"], "pred_us"]) / max(float(per["pred_us"].sum()), 1e-9))}
+
+
+ORT_SLOW_NODES = 20_000     # from here ONNX Runtime's session creation takes long enough to say so first
+KERNEL_MODEL_MAX_NODES = 20_000     # larger graphs keep the baseline (stage 03 stays fast at 200k nodes)
+
+
+def _graph_and_fusions(df: pd.DataFrame, measured: bool, rdir: Path, model) -> tuple[object, str]:
+    """02's inferred graph (None without --model) and where the fusions come from; without a profile, ORT's
+    fusions from its optimized graph are written into df's attribution/fused_into."""
+    fusion = "01's attribution" if measured else "none known (no profile and no --model)"
+    if not model:
+        return None, fusion
+    if not measured and len(df) >= ORT_SLOW_NODES:
+        print(f"note: ONNX Runtime optimizes the {len(df):,}-node graph to find its fusions; its optimizer is "
+              f"superlinear (37 s at 50k nodes on 2 cores, over 10 min at 200k): leave out --model to predict "
+              f"without fusions", flush=True)
+    if measured and len(df) >= KERNEL_MODEL_MAX_NODES:
+        return None, fusion
+    graph = analysed(rdir, model)[0].graph
+    if not measured:
+        try:
+            roles = ort_node_roles(model, graph=graph)
+            df[["attribution", "fused_into"]] = roles[["attribution", "fused_into"]].to_numpy()
+            fusion = "ORT's optimized graph"
+        except StageError as e:     # a custom op ORT lacks: 02's costs stand, the prediction assumes no fusion
+            print(f"note: no fusion known for the prediction, every node counted: {e}")
+            return None, f"none known ({e})"
+    return graph, fusion
+
+
+def baseline_host(host: dict, latency_model_file) -> dict:
+    """The host figures the baseline efficiency model was fitted against (make calibrate's kernel part raises
+    host.yaml's peaks and bandwidths after the baseline is fitted: its efficiencies are relative to the old ones)."""
+    if not Path(latency_model_file).exists():
+        return host
+    fitted = load_latency_model(latency_model_file).fitted_roofline()
+    return host if fitted is None else {**host, "peak_flops_per_s": fitted[0], "mem_bw_bytes_per_s": fitted[1]}
+
+
+def stage_prediction(df: pd.DataFrame, measured: bool, host: dict, rdir: Path, model, latency_model_file,
+                     metas: dict) -> tuple[pd.DataFrame, dict]:
+    """Stage 03: t_pred_us per node (the baseline efficiency model, fused nodes 0) and merge_meta's
+    `prediction`: the kernel model's session latency with its interval, the baseline beside it."""
+    graph, fusion = _graph_and_fusions(df, measured, rdir, model)
+    t, info = predict_profile(df, baseline_host(host, latency_model_file), latency_model_file)
+    df["t_pred_us"] = t
+    if len(df) >= KERNEL_MODEL_MAX_NODES:
+        graph = None            # the kernel table and the trees over every kernel: seconds at 200k nodes
+    try:
+        pred = predict_session(graph, df, model, host, latency_model_file, info["predicted_latency_us"], rdir)
+        if graph is None and model and len(df) >= KERNEL_MODEL_MAX_NODES:
+            pred["note_kernel_model"] = (f"kernel model not run on {len(df):,} nodes (from "
+                                         f"{KERNEL_MODEL_MAX_NODES:,}): the baseline stands")
+    except StageError as e:     # ORT cannot create a session for the optimized graph: the baseline stands
+        pred = {"baseline_latency_us": info["predicted_latency_us"], "predicted_latency_us": info["predicted_latency_us"],
+                "interval_us": None, "predicted_by": "baseline", "note_kernel_model": str(e)}
+    session = (metas.get("profile_meta.json") or {}).get("session_latency", {}).get("median_us")
+    pred.update({"fusion_from": fusion, "model": info["model"], "note": info["note"], "measured_latency_us": session,
+                 "error": pred["predicted_latency_us"] / session - 1 if session else None,
+                 "baseline_error": pred["baseline_latency_us"] / session - 1 if session else None})
+    return df, pred
+
+
+def print_prediction(pred: dict) -> None:
+    def ms(v):
+        return f"{v / 1e3:.2f} ms"
+    err = f" ({100 * pred['error']:+.0f}% vs the measured session {ms(pred['measured_latency_us'])})" \
+        if pred["error"] is not None else ""
+    iv = f", interval {ms(pred['interval_us'][0])}-{ms(pred['interval_us'][1])}" if pred.get("interval_us") else ""
+    print(f"predicted latency {ms(pred['predicted_latency_us'])} ({pred['predicted_by']}{iv}){err}")
+    base = f" ({100 * pred['baseline_error']:+.0f}%)" if pred.get("baseline_error") is not None else ""
+    print(f"baseline (efficiency model) {ms(pred['baseline_latency_us'])}{base}"
+          + (f"; {pred['note']}" if pred["note"] else ""))
+    if pred.get("unseen_kernel_types"):
+        print(f"note: kernel types the kernel model never saw ({100 * pred['unseen_kernel_share']:.0f}% of the "
+              f"predicted time, guessed from similar kernels): {', '.join(pred['unseen_kernel_types'][:8])}")
+    if pred.get("note_kernel_model"):
+        print(f"note: {pred['note_kernel_model']}")

@@ -1,0 +1,98 @@
+"""Profile models in-process with ONNX Runtime, as stage 01 does, into the kernel model's training records.
+
+A record: {"model", "family", "kernels" (lib/latency/kernels.py's table with measured t_us), "session_us" (median
+session wall time, stage 01's session_latency; None for a micro-benchmark graph: its kernels train, its session
+is not a model's), "between_us" (the run's time outside its kernels, median over the runs), "profile" (an ops_profile-like node table for the baseline efficiency model, with ORT's fusions
+from its optimized graph, never from the measured kernel times)}.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pandas as pd
+
+from lib.analysis.roofline import merge, roofline
+from lib.errors import StageError
+from lib.latency.kernels import kernel_table
+from lib.latency.microbench import _build, _fix_inputs, _graph_and_feeds_of_path, _graph_of
+from lib.latency.profiling import latency_table, profile_model
+from lib.onnx.metrics import node_metrics
+
+
+def fusion_roles(g, optimized: onnx.ModelProto) -> pd.DataFrame:
+    """Per original node: attribution and fused_into from ORT's optimized graph alone (no times)."""
+    names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(optimized.graph.node)]
+    df, _ = latency_table(g, {"per_run": [{k: 1.0 for k in names}], "optimized": optimized})
+    return df[["node", "attribution", "fused_into"]]
+
+
+def profile_record(path: str | Path, name: str, family: str, host: dict, *, runs: int = 10, warmup: int = 3,
+                   threads: int = 0, graph=None, feeds=None, session: bool = True) -> dict:
+    """One model (or micro graph) profiled: its training record (see the module docstring)."""
+    if graph is None:
+        graph, feeds = _graph_and_feeds_of_path(path)
+    metrics = node_metrics(graph)
+    with tempfile.TemporaryDirectory(prefix="ktrain_") as tmp:
+        prof = profile_model(str(path), feeds, runs=runs, warmup=warmup, threads=threads, progress=False,
+                             keep_dir=Path(tmp))
+        events = json.loads((Path(tmp) / "ort_trace.json").read_text())
+    kt = kernel_table(graph, metrics, prof["optimized"], events, warmup)
+    node_profile = roofline(merge(metrics, None), host)
+    roles = fusion_roles(graph, prof["optimized"]).set_index("node")
+    for c in ("attribution", "fused_into"):
+        node_profile[c] = node_profile["node"].map(roles[c]).fillna("").to_numpy(object)
+    return {"model": name, "family": family, "kernels": kt, "profile": node_profile,
+            "session_us": float(np.median(prof["wall_us"])) if session else None, "optimized": prof["optimized"],
+            "between_us": between_kernels_us(prof) if session else None,
+            "graph": graph, "metrics": metrics}
+
+
+def between_kernels_us(prof: dict, q: float = 50.0) -> float:
+    """The time a run spends outside its kernels (session wall minus the kernels' sum), its median over the runs:
+    the session latency predicted is stage 01's median (on the shared VM the lower quartile left predictions
+    53% off on average, the median 42%: the time between kernels there is steady, not a rare spell)."""
+    gaps = [w - sum(r.values()) for w, r in zip(prof["wall_us"], prof["per_run"])]
+    return float(max(np.percentile(gaps, q), 0.0)) if gaps else 0.0
+
+
+def profile_models(models: list[tuple[str, str, Path]], host: dict, *, runs: int = 10, threads: int = 0,
+                   progress=None) -> list[dict]:
+    """[(name, family, path)] -> records; a model ORT or the analysis cannot take is skipped with a note."""
+    out = []
+    for k, (name, family, path) in enumerate(models):
+        t0 = time.perf_counter()
+        try:
+            out.append(profile_record(path, name, family, host, runs=runs, threads=threads))
+        except StageError as e:
+            print(f"  note: {name} skipped: {e}", flush=True)
+            continue
+        if progress is not None:
+            progress(k + 1, len(models), f"{name}: {len(out[-1]['kernels'])} kernels, "
+                                         f"{out[-1]['session_us'] / 1e3:.2f} ms, {time.perf_counter() - t0:.1f} s")
+    return out
+
+
+def micro_records(case_list, host: dict, *, runs: int = 8, threads: int = 0) -> list[dict]:
+    """The micro-benchmark cases (lib/latency/microbench.py), one graph each, as kernel-only records."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="kmicro_") as tmp:
+        for i, c in enumerate(case_list):
+            b = _build([(f"mb{i:04d}", c)])
+            b.opset = c.opset
+            model = _fix_inputs(b.model(), b.shapes)
+            path = os.path.join(tmp, f"mb{i:04d}.onnx")
+            onnx.save(model, path)
+            try:
+                rec = profile_record(path, c.label, "micro", host, runs=runs, warmup=2, threads=threads,
+                                     graph=_graph_of(model), feeds=b.feeds, session=False)
+            except StageError:
+                continue
+            rec["case_family"] = c.family
+            out.append(rec)
+    return out

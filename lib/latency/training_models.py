@@ -1,0 +1,262 @@
+"""The kernel model's training corpus: small models of many families, built locally (random weights, nothing
+downloaded), so that every kind of kernel a real model runs is seen in real surroundings (ORT's fusions, layouts).
+
+    python -m lib.latency.training_models --build DIR [--only NAME ...] [--list]
+
+Families (leave-one-family-out holds a whole family out): cnn_standard, cnn_depthwise, vit, hf_encoder,
+hf_decoder, quant_qdq (ORT quantize_static, QDQ), quant_dynamic (quantize_dynamic), fp16 (onnxconverter-common,
+keep_io_types), recurrent (LSTM/GRU, a CRNN), segmentation, detection (a small one-stage head), nhwc (keras-style:
+NHWC input, transposes around the convolutions as tf2onnx emits). Exports use TorchScript's exporter (fast, and
+what many public models were made with) with static shapes, so that stages 01/02 need no shape arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from lib.onnx.export_models import calibrate_batchnorm
+
+FAMILIES = {
+    "cnn_standard": ["resnet18", "googlenet", "densenet121_128", "resnet34_160"],
+    "cnn_depthwise": ["mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "mnasnet0_5"],
+    "vit": ["vit_tiny", "vit_tiny_p32", "swin_tiny_small"],
+    "hf_encoder": ["bert_small", "distilbert_small", "bert_small_s64"],
+    "hf_decoder": ["gpt2_small", "gpt2_s64"],
+    "quant_qdq": ["resnet18_qdq", "mobilenet_v2_qdq"],
+    "quant_dynamic": ["bert_small_dyn", "gpt2_small_dyn"],
+    "fp16": ["resnet18_fp16", "bert_small_fp16"],
+    "recurrent": ["lstm2", "gru2", "crnn"],
+    "segmentation": ["lraspp_mbv3", "unet_small"],
+    "detection": ["yolo_tiny"],
+    "nhwc": ["keras_cnn", "keras_mbv2"],
+}
+QUICK = ["resnet18", "bert_small", "lstm2"]
+FAMILY_OF = {m: f for f, ms in FAMILIES.items() for m in ms}
+SPECS = {  # derived models: (source model, transform)
+    "resnet18_qdq": ("resnet18", "qdq"), "mobilenet_v2_qdq": ("mobilenet_v2", "qdq"),
+    "bert_small_dyn": ("bert_small", "dynamic"), "gpt2_small_dyn": ("gpt2_small", "dynamic"),
+    "resnet18_fp16": ("resnet18", "fp16"), "bert_small_fp16": ("bert_small", "fp16"),
+}
+
+
+def _export(model, args: tuple, out: Path, names: list[str]) -> Path:
+    import torch
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    with warnings.catch_warnings(), open(os.devnull, "w") as devnull:
+        warnings.simplefilter("ignore")
+        stdout, sys.stdout = sys.stdout, devnull
+        try:
+            torch.onnx.export(model.eval(), args, str(tmp), input_names=names, opset_version=17, dynamo=False)
+        finally:
+            sys.stdout = stdout
+    os.replace(tmp, out)
+    return out
+
+
+def _vision(name: str, size: int = 224):
+    import torchvision
+    from torchvision.models import swin_transformer, vision_transformer
+    if name == "vit_tiny":
+        return vision_transformer.VisionTransformer(224, 16, 4, 3, 192, 768), size
+    if name == "vit_tiny_p32":
+        return vision_transformer.VisionTransformer(224, 32, 6, 4, 256, 1024), size
+    if name == "swin_tiny_small":
+        return swin_transformer.SwinTransformer([4, 4], 48, [2, 2, 2, 2], [3, 6, 12, 24], [7, 7]), size
+    if name == "lraspp_mbv3":
+        return torchvision.models.segmentation.lraspp_mobilenet_v3_large(weights=None, weights_backbone=None), size
+    base, _, px = name.rpartition("_")
+    if px.isdigit() and len(px) == 3:       # <torchvision name>_<input size>
+        return torchvision.models.get_model(base, weights=None), int(px)
+    kw = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
+    return torchvision.models.get_model(name, weights=None, **kw), size
+
+
+def _hf(name: str):
+    import torch
+    from transformers import BertConfig, BertModel, DistilBertConfig, DistilBertModel, GPT2Config, GPT2LMHeadModel
+    seq = 64 if name.endswith("s64") else 128
+    if name.startswith("bert"):
+        net = BertModel(BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024))
+    elif name.startswith("distil"):
+        net = DistilBertModel(DistilBertConfig(dim=256, n_layers=3, n_heads=4, hidden_dim=1024))
+    else:
+        net = GPT2LMHeadModel(GPT2Config(n_embd=256 if seq == 128 else 384, n_layer=4, n_head=4, vocab_size=8000))
+    net.config.use_cache = False
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids, mask):
+            out = self.m(input_ids=ids, attention_mask=mask)
+            return out.logits if hasattr(out, "logits") else out.last_hidden_state
+    return Wrap(net.eval()), (torch.randint(0, 1000, (1, seq)), torch.ones(1, seq, dtype=torch.long))
+
+
+def _cbr(cin, cout, s=1, k=3, groups=1):
+    from torch import nn
+    return nn.Sequential(nn.Conv2d(cin, cout, k, s, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+
+def _recurrent(name: str):
+    """LSTM/GRU stacks and a CRNN (conv features -> bidirectional LSTM)."""
+    from torch import nn
+
+    class Rnn(nn.Module):
+        def __init__(self, cell):
+            super().__init__()
+            self.rnn = cell(64, 128, num_layers=2, batch_first=True)
+            self.fc = nn.Linear(128, 32)
+
+        def forward(self, x):
+            return self.fc(self.rnn(x)[0])
+
+    class Crnn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cnn = nn.Sequential(_cbr(1, 32), nn.MaxPool2d(2), _cbr(32, 64), nn.MaxPool2d(2), _cbr(64, 128),
+                                     nn.MaxPool2d((2, 1)))
+            self.rnn = nn.LSTM(128 * 4, 128, bidirectional=True, batch_first=True)
+            self.fc = nn.Linear(256, 40)
+
+        def forward(self, x):
+            f = self.cnn(x)
+            b, c, h, w = f.shape
+            return self.fc(self.rnn(f.permute(0, 3, 1, 2).reshape(b, w, c * h))[0])
+    return {"lstm2": (lambda: Rnn(nn.LSTM), (1, 50, 64)), "gru2": (lambda: Rnn(nn.GRU), (1, 50, 64)),
+            "crnn": (Crnn, (1, 1, 32, 128))}[name]
+
+
+def _dense(name: str):
+    """A U-Net with ConvTranspose, a one-stage detector with an upsampled second head, keras-style NHWC nets."""
+    import torch
+    from torch import nn
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.d1, self.d2, self.d3 = _cbr(3, 16), _cbr(16, 32, 2), _cbr(32, 64, 2)
+            self.u2, self.u1 = nn.ConvTranspose2d(64, 32, 2, 2), nn.ConvTranspose2d(32, 16, 2, 2)
+            self.c2, self.c1, self.out = _cbr(64, 32), _cbr(32, 16), nn.Conv2d(16, 2, 1)
+
+        def forward(self, x):
+            a = self.d1(x)
+            b = self.d2(a)
+            b = self.c2(torch.cat([self.u2(self.d3(b)), b], 1))
+            return self.out(self.c1(torch.cat([self.u1(b), a], 1)))
+
+    class Yolo(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.s1 = nn.Sequential(_cbr(3, 16, 2), _cbr(16, 32, 2), _cbr(32, 64, 2), _cbr(64, 128, 2))
+            self.s3, self.lat = _cbr(128, 256, 2), nn.Conv2d(256, 128, 1)
+            self.h1, self.h2 = nn.Conv2d(256, 85 * 3, 1), nn.Conv2d(256, 85 * 3, 1)
+
+        def forward(self, x):
+            a = self.s1(x)
+            b = self.s3(a)
+            up = nn.functional.interpolate(self.lat(b), scale_factor=2.0, mode="nearest")
+            return torch.sigmoid(self.h1(b)), torch.sigmoid(self.h2(torch.cat([up, a], 1)))
+
+    class Nhwc(nn.Module):
+        """tf2onnx-style: NHWC in, a Transpose to NCHW around each block and back."""
+        def __init__(self, dw: bool):
+            super().__init__()
+            chans = [(3, 32, 2), (32, 64, 1), (64, 64, 2), (64, 128, 1), (128, 128, 2)]
+            self.blocks = nn.ModuleList([nn.Sequential(_cbr(ci, ci, s, groups=ci), _cbr(ci, co, k=1)) if dw and ci > 3
+                                         else _cbr(ci, co, s) for ci, co, s in chans])
+            self.fc = nn.Linear(128, 10)
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = b(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+            return self.fc(x.mean((1, 2)))
+    return {"unet_small": (UNet, (1, 3, 128, 128)), "yolo_tiny": (Yolo, (1, 3, 256, 256)),
+            "keras_cnn": (lambda: Nhwc(False), (1, 160, 160, 3)), "keras_mbv2": (lambda: Nhwc(True), (1, 160, 160, 3))}[name]
+
+
+def _custom(name: str):
+    import torch
+    make, shape = (_recurrent if name in ("lstm2", "gru2", "crnn") else _dense)(name)
+    return make(), (torch.randn(*shape),)
+
+
+def _transform(src: Path, dst: Path, how: str) -> Path:
+    import onnx
+    if how == "fp16":
+        from onnxconverter_common import float16
+        onnx.save(float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True), str(dst))
+        return dst
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
+    tmp = dst.with_suffix(".pre.onnx")
+    m = onnx.load(str(src))
+    m.graph.ClearField("value_info")
+    onnx.save(m, str(tmp))
+    if how == "dynamic":
+        quantize_dynamic(str(tmp), str(dst), weight_type=QuantType.QInt8)
+    else:
+        inp = m.graph.input[0]
+        shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+
+        class Reader(CalibrationDataReader):
+            def __init__(self):
+                rng = np.random.default_rng(0)
+                self.data = iter([{inp.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(4)])
+
+            def get_next(self):
+                return next(self.data, None)
+        quantize_static(str(tmp), str(dst), Reader(), quant_format=QuantFormat.QDQ, weight_type=QuantType.QInt8,
+                        activation_type=QuantType.QUInt8)
+    tmp.unlink()
+    return dst
+
+
+def build(name: str, out_dir: str | Path) -> Path:
+    """The model `name` as out_dir/<name>.onnx, built unless it exists."""
+    import torch
+    out = Path(out_dir) / f"{name}.onnx"
+    if out.exists():
+        return out
+    torch.manual_seed(0)
+    if name in SPECS:
+        src, how = SPECS[name]
+        return _transform(build(src, out_dir), out, how)
+    if name.startswith(("bert", "distil", "gpt2")):
+        model, args = _hf(name)
+        return _export(model, args, out, ["input_ids", "attention_mask"])
+    if name in ("lstm2", "gru2", "crnn", "unet_small", "yolo_tiny", "keras_cnn", "keras_mbv2"):
+        model, args = _custom(name)
+        return _export(model, args, out, ["input"])
+    model, size = _vision(name)
+    calibrate_batchnorm(model, size)
+    return _export(model, (torch.randn(1, 3, size, size),), out, ["input"])
+
+
+def names(quick: bool = False) -> list[str]:
+    return list(QUICK) if quick else [m for ms in FAMILIES.values() for m in ms]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", metavar="DIR", required=True, help="where the models go (built unless present)")
+    p.add_argument("--only", nargs="*", help="these models only")
+    p.add_argument("--quick", action="store_true", help="the few models of the tests: " + ", ".join(QUICK))
+    a = p.parse_args(argv)
+    for n in a.only or names(a.quick):
+        if n not in FAMILY_OF:
+            raise SystemExit(f"error: unknown training model {n} (known: {', '.join(FAMILY_OF)})")
+        try:
+            print(f"{FAMILY_OF[n]:<14} {n:<20} {build(n, a.build)}", flush=True)
+        except Exception as e:  # noqa: BLE001 - an exporter's failure on one model leaves the others
+            print(f"{FAMILY_OF[n]:<14} {n:<20} not built: {type(e).__name__}: {str(e)[:200]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""The kernel model (issue 30): ORT kernels mapped onto original nodes, the cache-aware roofline bound, compute
+dtypes, the LightGBM kernel model (fit, predict, save, load, leave-one-family-out), 03's bound check.
+
+Real ORT sessions on tiny graphs; values hand-computed. No timing assertions: measured times only ever appear
+as "the bound is below them" (a physical fact up to the profiler's 1 us resolution) or as inputs of a fit."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pandas as pd
+import pytest
+import yaml
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import make_model, run_stage, tensor, weight
+from lib.analysis import roofline as rf
+from lib.errors import StageError
+from lib.host import load_host
+from lib.latency import kernel_model as km
+from lib.latency.calibrate import update_host_file
+from lib.latency.kernels import kernel_table
+from lib.latency.training import profile_record
+from lib.onnx.loading import graph_of
+from lib.onnx.metrics import node_metrics
+
+HOST = {"peak_flops_per_s": {"default": 2e11, "float": 2e11, "int8": 8e11}, "mem_bw_bytes_per_s": 2e10,
+        "caches_bytes": {"L1": 32768, "L2": 1 << 20, "L3": 32 << 20},
+        "bandwidth_bytes_per_s": {"L1": 2e11, "L2": 1e11, "L3": 5e10, "DRAM": 2e10}}
+
+
+def conv_relu_add(path):
+    """x[1,3,16,16] -> Conv(8, 3x3, pad 1) -> Relu -> Add(r, r): ORT fuses Conv+Relu into one NCHWc kernel."""
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"), helper.make_node("Add", ["r", "r"], ["y"], name="add")]
+    return make_model(nodes, [tensor("x", [1, 3, 16, 16])], [tensor("y", [1, 8, 16, 16])],
+                      [weight("W", [8, 3, 3, 3]), weight("B", [8])], path=path)
+
+
+def matmul_net(path):
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"], name="mm"), helper.make_node("Add", ["m", "B"], ["a"], name="bias"),
+             helper.make_node("Tanh", ["a"], ["y"], name="tanh")]
+    return make_model(nodes, [tensor("x", [4, 64])], [tensor("y", [4, 32])], [weight("W", [64, 32]), weight("B", [32])],
+                      path=path)
+
+
+def softmax_net(path):
+    nodes = [helper.make_node("Mul", ["x", "x"], ["m"], name="sq"), helper.make_node("Softmax", ["m"], ["y"], name="sm")]
+    return make_model(nodes, [tensor("x", [8, 128])], [tensor("y", [8, 128])], path=path)
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    d = tmp_path_factory.mktemp("km")
+    host = load_host("configs/host.yaml")
+    out = []
+    for name, family, build in (("cra", "cnn", conv_relu_add), ("mm", "dense", matmul_net), ("sm", "attn", softmax_net)):
+        build(d / f"{name}.onnx")
+        out.append(profile_record(d / f"{name}.onnx", name, family, host, runs=5, warmup=2))
+    return out
+
+
+def test_kernel_table_maps_fused_kernels_onto_their_nodes(records):
+    kt = records[0]["kernels"].set_index("op")
+    conv = kt.loc["Conv"]
+    assert conv["pattern"] == "Conv+Relu" and conv["node"] == "conv" and conv["n_nodes"] == 2
+    conv_flops, relu_flops = 2 * 8 * 3 * 9 * 256, 8 * 256        # 2 x MACs, one op per Relu output
+    assert conv["flops"] == conv_flops + relu_flops and conv["macs"] == 8 * 3 * 9 * 256
+    assert conv["bytes"] == (8 * 27 + 8) * 4 + 3 * 256 * 4 + 8 * 256 * 4       # weights + input + output, fp32
+    assert conv["in_shapes"].startswith("1x3x16x16") and conv["t_us"] >= 0
+    assert kt.loc["ReorderOutput", "layout"] and kt.loc["ReorderOutput", "flops"] == 0
+    assert kt.loc["Add", "bytes"] == 3 * 8 * 256 * 4
+    # the same kernels from ORT's optimized graph alone (prediction): no times
+    g = records[0]["graph"]
+    pred = kernel_table(g, records[0]["metrics"], records[0]["optimized"])
+    assert list(pred["pattern"]) == list(records[0]["kernels"]["pattern"]) and pred["t_us"].isna().all()
+
+
+def test_bytes_policy_and_memory_levels():
+    df = pd.DataFrame({"op_type": ["Reshape", "Shape", "Gather", "Add"], "act_in_bytes": [400.0, 400, 4e6, 800],
+                       "act_out_bytes": [400.0, 32, 40, 400], "weight_bytes": [0.0, 0, 0, 0]})
+    assert list(rf.kernel_node_bytes(df)) == [0.0, 0.0, 80.0, 1200.0]
+    level, bw = rf.memory_level([1000, 100_000, 4 << 20, 1 << 30], HOST)
+    assert list(level) == ["L1", "L2", "L3", "DRAM"] and list(bw) == [2e11, 1e11, 5e10, 2e10]
+    t, _ = rf.bound_us([2e9, 0], [1e3, 1 << 30], [2e11, 2e11], HOST)
+    assert t[0] == pytest.approx(1e4) and t[1] == pytest.approx((1 << 30) / 2e10 * 1e6)
+
+
+def test_bound_is_below_measured_kernels(records):
+    host = load_host("configs/host.yaml")
+    for r in records:
+        b, _ = km.bounds(r["kernels"], host)
+        assert (b >= 0).all()
+        assert (b <= r["kernels"]["t_us"].to_numpy() + rf.RESOLUTION_US).all(), r["model"]
+
+
+def qdq_conv(path, quantize_output=True):
+    """DequantizeLinear(x uint8), DequantizeLinear(W int8) -> Conv [-> QuantizeLinear]."""
+    s, z8, zu = (numpy_helper.from_array(np.array(v, dtype=t), n) for v, t, n in
+                 ((0.1, np.float32, "s"), (0, np.int8, "z8"), (128, np.uint8, "zu")))
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.int8), "Wq")
+    nodes = [helper.make_node("DequantizeLinear", ["xq", "s", "zu"], ["x"], name="dqx"),
+             helper.make_node("DequantizeLinear", ["Wq", "s", "z8"], ["W"], name="dqw"),
+             helper.make_node("Conv", ["x", "W"], ["c"], name="conv")]
+    out = "c"
+    if quantize_output:
+        nodes.append(helper.make_node("QuantizeLinear", ["c", "s", "zu"], ["y"], name="q"))
+        out = "y"
+    return make_model(nodes, [tensor("xq", [1, 3, 8, 8], TensorProto.UINT8)],
+                      [tensor(out, [1, 4, 6, 6], TensorProto.UINT8 if quantize_output else TensorProto.FLOAT)],
+                      [s, z8, zu, w], opset=19, path=path)
+
+
+def test_compute_dtype_of_qdq_and_fp16(tmp_path):
+    def dtype_of(model, node):
+        df = node_metrics(graph_of(model)).set_index("node")
+        return df.loc[node, "compute_dtype"]
+    assert dtype_of(qdq_conv(tmp_path / "q.onnx"), "conv") == "int8"      # ORT runs QLinearConv
+    assert dtype_of(qdq_conv(tmp_path / "f.onnx", quantize_output=False), "conv") == "float"
+    half = make_model([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], [tensor("x", [2, 8], TensorProto.FLOAT16)],
+                      [tensor("y", [2, 4], TensorProto.FLOAT16)], [weight("W", [8, 4], np.float16)])
+    assert dtype_of(half, "mm") == "float16"
+
+
+def test_fit_predict_save_load_and_lofo(records, tmp_path):
+    host = load_host("configs/host.yaml")
+    model = km.KernelModel.fit(records, host, rounds=30)
+    per = model.predict_kernels(records[1]["kernels"], host)
+    assert (per["pred_us"] >= per["bound_us"]).all() and per["seen"].all()
+    assert (per["lo_us"] <= per["hi_us"]).all()
+    s = model.session(per)
+    assert s["interval_us"][0] <= s["predicted_latency_us"] <= s["interval_us"][1] or s["interval_us"][0] <= s["interval_us"][1]
+    model.save(tmp_path / "k.txt")
+    doc = {"format": "x", "kernel_model": model.document("k.txt")}
+    (tmp_path / "lm.yaml").write_text(yaml.safe_dump(doc))
+    again = km.load_kernel_model(tmp_path / "lm.yaml")
+    assert np.allclose(again.predict_kernels(records[1]["kernels"], host)["pred_us"], per["pred_us"])
+    assert again.families == ["attn", "cnn", "dense"]
+    lofo, resid = km.leave_one_family_out(records, host, rounds=30)
+    assert sorted(lofo["family"]) == ["attn", "cnn", "dense"] and set(resid["family"]) == {"attn", "cnn", "dense"}
+    sc = km.scores(lofo)
+    assert set(sc["all"]) >= {"within_5", "within_10", "mape", "rmspe"} and set(sc["by_family"]) == {"attn", "cnn", "dense"}
+
+
+def test_an_unseen_kernel_type_is_flagged(records):
+    host = load_host("configs/host.yaml")
+    model = km.KernelModel.fit(records[:2], host, rounds=20)
+    per = model.predict_kernels(records[2]["kernels"], host)
+    assert not per.set_index("type").loc["Softmax/float", "seen"]
+    assert "Softmax/float" in model.session(per)["unseen_kernel_types"]
+
+
+def test_session_overhead_is_fitted_non_negative():
+    s, n = np.array([100.0, 200, 300, 50]), np.array([10.0, 20, 5, 40])
+    got = km.fit_overhead(s, n, 1.1 * s + 2 * n + 5)
+    assert got == pytest.approx({"a": 0.1, "b_us": 2.0, "c_us": 5.0}, rel=1e-6)
+    assert km.fit_overhead(s, n, 0.5 * s)["a"] == 0.0        # never below the kernels' sum
+
+
+def test_a_missing_kernel_model_file_is_one_clear_error(tmp_path):
+    (tmp_path / "lm.yaml").write_text(yaml.safe_dump({"kernel_model": {"file": "gone.txt"}}))
+    with pytest.raises(StageError, match="gone.txt is missing"):
+        km.load_kernel_model(tmp_path / "lm.yaml")
+    assert km.load_kernel_model(tmp_path / "none.yaml") is None
+
+
+def test_host_file_sections_are_updated_in_place(tmp_path):
+    p = tmp_path / "host.yaml"
+    p.write_text('name: "old"   # (calibrated)\ncaches_bytes:\n  L1: 1   # (calibrated)\n'
+                 'bandwidth_bytes_per_s:\n  L1: 2   # (calibrated)\n  DRAM: 3  # (calibrated) kept comment\n')
+    update_host_file(p, {"name": "2-core X", "caches_bytes.L1": 32768, "bandwidth_bytes_per_s.L1": 1.5e11,
+                         "bandwidth_bytes_per_s.DRAM": 2e10})
+    doc = yaml.safe_load(p.read_text())
+    assert doc == {"name": "2-core X", "caches_bytes": {"L1": 32768}, "bandwidth_bytes_per_s": {"L1": 1.5e11, "DRAM": 2e10}}
+    assert "kept comment" in p.read_text()
+
+
+def test_03_warns_when_a_node_beats_its_bound(tmp_path):
+    """A host file claiming 1 MFLOP/s: the Conv's kernel runs far faster than that bound; 03 says so."""
+    conv_relu_add(tmp_path / "m.onnx")
+    host = yaml.safe_load(open("configs/host.yaml"))
+    host["peak_flops_per_s"] = {k: 1e6 for k in host["peak_flops_per_s"]}
+    (tmp_path / "host.yaml").write_text(yaml.safe_dump(host))
+    rdir = tmp_path / "res"
+    for stage in ("02_shapes_flops_bytes.py", "01_profile_onnx.py"):
+        assert run_stage(stage, "--model", tmp_path / "m.onnx", "--results", rdir).returncode == 0
+    r = run_stage("03_merge_profile_metrics.py", "--model", tmp_path / "m.onnx", "--results", rdir,
+                  "--host", tmp_path / "host.yaml")
+    assert r.returncode == 0, r.stderr
+    assert "ran faster than their roofline bound" in r.stdout
+    meta = json.loads((rdir / "merge_meta.json").read_text())
+    assert meta["roofline_contradictions"]["nodes"] >= 1
+    assert meta["roofline_contradictions"]["worst"][0]["node"] == "conv"
+    assert {"predicted_latency_us", "baseline_latency_us", "interval_us"} <= set(meta["prediction"])
