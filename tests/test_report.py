@@ -328,6 +328,8 @@ def test_scopes_and_layout_engines():
     assert scopes(["c", "n1", "n2"], ["", "a.b", "a"], succs=[[1], [2], []]) == [["a", "a.b"], ["a", "a.b"], ["a"]]
     flat = views([[]] * 450, threshold=200)                    # no scope at all: runs of 200 nodes
     assert [vs_["label"] for vs_ in flat[1:]] == ["nodes 0-199", "nodes 200-399", "nodes 400-449"]
+    small = views([[]] * 9, threshold=5)                       # below CHUNK nodes, above the threshold: runs of 5
+    assert [vs_["label"] for vs_ in small[1:]] == ["nodes 0-4", "nodes 5-8"]
     sizes, edges = [(80.0, 28.0)] * 4, [(0, 1, "1x8"), (0, 2, "1x8"), (1, 3, "1x8"), (2, 3, "1x8")]
     for name in ("dot", "grandalf") if shutil.which("dot") else ("grandalf",):
         (lay,) = layout_many([(sizes, edges)], name)
@@ -416,6 +418,8 @@ def test_dag_overlay_only_with_its_own_partition(built, tmp_path):
     shutil.copytree(rdir, copy, ignore=shutil.ignore_patterns("splits", "pipeline"))
     g = graph_section(Artifacts(copy))
     assert g["dag"] and set(g["data"]["nodes"]["dag"]) == {"A", "B"}
+    small = graph_section(Artifacts(copy), threshold=5)         # 9 nodes without scopes: two runs (used to recurse)
+    assert [v["label"] for v in small["data"]["views"]] == ["whole graph", "nodes 0-4", "nodes 5-8"]
     part = json.loads((copy / "dag_partition.json").read_text())
     part["upstream"] = {"workload_profile.json": "0" * 32}
     (copy / "dag_partition.json").write_text(json.dumps(part))

@@ -7,7 +7,8 @@ memory-bound (03's roofline). Drawn over it: 04's critical path, the fused group
 nodes fused into it, 03's fused_into column), 07's chosen split and its DAG optimum (dag_partition.json). A graph
 above THRESHOLD nodes is collapsed by layer name scope (a TorchScript export's '/layer1/layer1.0/conv1/Conv' path,
 else the exporter's layer name); each scope is a box that opens on click into its own layout; a scope still above
-THRESHOLD without inner scopes opens into runs of CHUNK nodes in topological order. Layout: lib/report/layout.py.
+THRESHOLD without inner scopes opens into runs of CHUNK nodes (at most the threshold) in topological order.
+Layout: lib/report/layout.py.
 """
 from __future__ import annotations
 
@@ -74,8 +75,9 @@ def views(scope: list[list[str]], threshold: int = THRESHOLD) -> list[dict]:
                 continue
             break
         if not groups:                                # no scope inside: runs of CHUNK nodes in topological order
-            groups = {f"nodes {k}-{min(k + CHUNK, len(members)) - 1}": members[k:k + CHUNK]
-                      for k in range(0, len(members), CHUNK)}
+            size = min(CHUNK, threshold)              # never one run of everything (it would recurse forever)
+            groups = {f"nodes {k}-{min(k + size, len(members)) - 1}": members[k:k + size]
+                      for k in range(0, len(members), size)}
         first = {}
         for key, ms in groups.items():
             if len(ms) > 1:
