@@ -8,8 +8,9 @@ fused groups and the chosen split drawn over it; collapsed by layer name scope a
 nodes), where the time goes (top nodes with their layer names, op classes, compute- vs memory-bound share of
 time), an interactive roofline, the critical path, energy (each figure with its method: counter, power x time
 with whose power, component model), offload candidates (Amdahl with the S_k used), two-device splits (advice
-against the all-on-A / all-on-B baselines, throughput, every exported split with its diagram and validation)
-and a what-if panel that re-runs stage 07's split model in the page for other link and device figures.
+against the all-on-A / all-on-B baselines, throughput, every exported split with its diagram and validation),
+past the boundaries (07's DAG optimum with its gains, the bandwidth sweep and each split's crossover bandwidth,
+the K-device pipeline; the DAG optimum is also drawn on the graph) and a what-if panel that re-runs stage 07's split model in the page for other link and device figures.
 A section whose artifacts are missing says which stage to run. Artifacts that do not belong
 together (another model, other inputs, an older run) are refused. Plotly's JavaScript is embedded once: the
 file opens from disk, with no network. Also writes report_meta.json (what was read) and regenerates the index

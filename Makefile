@@ -16,6 +16,12 @@ LIB     := $(shell find lib -name "*.py")
 #   SHAPE_ARGS="--shape-override 'input=8x3x224x224'"   PRESET=llm-128 (configs/workload.yaml)   INPUTS=feeds.npz
 # and extra flags for stage 01, e.g. PROFILE_ARGS="--threads 1"
 PROFILE_ARGS ?=
+# a lock file (make zoo sets it, entries run side by side): stage 01 holds it exclusively, every other stage
+# shared, so that a profile never shares the cores with another entry's stage (as make -j ensures for one model)
+PROFILE_LOCK ?=
+ifneq ($(PROFILE_LOCK),)
+PY := flock -s $(PROFILE_LOCK) .venv/bin/python
+endif
 SHAPE_ARGS   ?=
 PRESET       ?=
 INPUTS       ?=
@@ -41,7 +47,7 @@ $(shell mkdir -p $(R); printf '%s\n' "$(SPEC_TEXT)" | cmp -s - $(SPEC_STAMP) || 
 $(shell printf '%s\n' "$(PROFILE_TEXT)" | cmp -s - $(PROFILE_STAMP) || printf '%s\n' "$(PROFILE_TEXT)" > $(PROFILE_STAMP))
 endif
 
-.PHONY: all test calibrate sweep clean venv help fx
+.PHONY: all test calibrate sweep clean venv help fx zoo
 .DELETE_ON_ERROR:
 
 all: $(R)/report.html
@@ -55,6 +61,7 @@ help:
 	@echo "make fx [TORCH_MODEL=resnet18]  stage 09: FX characterize, fuse, concurrency, hardware mapping + plot"
 	@echo "make calibrate               measure this host's peak FLOP/s and bandwidth into $(HOST), fit $(LATENCY_MODEL)"
 	@echo "make sweep MODEL=m.onnx [BATCHES=\"1 2 4 8 16\"] [ROUNDS=3]  measured vs predicted latency per batch -> sweep.csv"
+	@echo "make zoo ZOO=zoo.yaml [ENGINE=dask SCHEDULER=tcp://host:8786] [JOBS=2]  every model of a zoo file -> results/zoo.csv"
 	@echo "make clean                   remove results/ and models/"
 
 venv: $(VENV)
@@ -70,7 +77,7 @@ models/resnet50.onnx: lib/onnx/export_models.py | $(VENV)
 
 # 01 runs after 02 (order-only) so that profiling never shares the cores with another stage under make -j
 $(R)/ops_latency.csv: $(MODEL) 01_profile_onnx.py $(LIB) $(WORKLOAD) $(SPEC_STAMP) $(PROFILE_STAMP) | $(VENV) $(R)/ops_metrics.csv
-	$(PY) 01_profile_onnx.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --runs $(RUNS) $(PROFILE_ARGS) $(SPEC_ARGS)
+	$(if $(PROFILE_LOCK),flock -x $(PROFILE_LOCK) .venv/bin/python,$(PY)) 01_profile_onnx.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --runs $(RUNS) $(PROFILE_ARGS) $(SPEC_ARGS)
 
 $(R)/ops_metrics.csv: $(MODEL) 02_shapes_flops_bytes.py $(LIB) $(WORKLOAD) $(SPEC_STAMP) | $(VENV)
 	$(PY) 02_shapes_flops_bytes.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) $(SPEC_ARGS)
@@ -129,6 +136,15 @@ BATCHES ?= 1 2 4 8 16
 ROUNDS ?= 3
 sweep: | $(VENV)
 	$(PY) -m lib.latency.sweep --model $(MODEL) --results $(R) --batches $(BATCHES) --runs $(RUNS) --rounds $(ROUNDS) $(SHAPE_ARGS) $(if $(PRESET),--preset $(PRESET))
+
+# the pipeline over every entry of a zoo file (docs/zoo.md): local processes, or Dask workers with ENGINE=dask
+ZOO       ?= zoo.yaml
+ENGINE    ?= local
+SCHEDULER ?=
+JOBS      ?= 2
+zoo: | $(VENV)
+	$(PY) zoo.py --zoo $(ZOO) --engine $(ENGINE) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) --jobs $(JOBS) \
+		--runs $(RUNS) --splits $(SPLITS)
 
 test: | $(VENV)
 	$(PY) -m pytest -q tests

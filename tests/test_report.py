@@ -14,15 +14,17 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
-from conftest import REPO, make_model, run_stage, small_cnn, tensor
+from conftest import REPO, costs, make_model, run_stage, small_cnn, tensor
+from test_dag_split import branches, system as dag_system
+from lib.report.beyond import bandwidth_text, beyond_section
 from lib.report.graph import graph_section, scopes, views
-from lib.report.page import Artifacts
+from lib.report.page import Artifacts, measured_key
 from lib.report.layout import layout_many
 
 CHROMIUM = os.environ.get("NN_PERF_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--disable-quic"]
-SECTIONS = ["summary", "graph", "time", "roofline", "critical-path", "energy", "offload", "splits", "what-if"]
+SECTIONS = ["summary", "graph", "time", "roofline", "critical-path", "energy", "offload", "splits", "beyond", "what-if"]
 ARGS07 = ["--dedup-window", "0", "--min-compute-share", "0"]     # every boundary of the tiny CNN is a candidate
 
 
@@ -52,7 +54,7 @@ def built(tmp_path_factory):
     small_cnn(model)
     rdir = root / "results" / "cnn"
     r = stages(model, rdir)
-    assert "9 of 9 sections complete" in r.stdout, r.stdout
+    assert "10 of 10 sections complete" in r.stdout, r.stdout
     return model, rdir
 
 
@@ -326,6 +328,8 @@ def test_scopes_and_layout_engines():
     assert scopes(["c", "n1", "n2"], ["", "a.b", "a"], succs=[[1], [2], []]) == [["a", "a.b"], ["a", "a.b"], ["a"]]
     flat = views([[]] * 450, threshold=200)                    # no scope at all: runs of 200 nodes
     assert [vs_["label"] for vs_ in flat[1:]] == ["nodes 0-199", "nodes 200-399", "nodes 400-449"]
+    small = views([[]] * 9, threshold=5)                       # below CHUNK nodes, above the threshold: runs of 5
+    assert [vs_["label"] for vs_ in small[1:]] == ["nodes 0-4", "nodes 5-8"]
     sizes, edges = [(80.0, 28.0)] * 4, [(0, 1, "1x8"), (0, 2, "1x8"), (1, 3, "1x8"), (2, 3, "1x8")]
     for name in ("dot", "grandalf") if shutil.which("dot") else ("grandalf",):
         (lay,) = layout_many([(sizes, edges)], name)
@@ -356,3 +360,106 @@ def test_without_graphviz_the_graph_is_laid_out_by_grandalf(built, tmp_path):
     assert r.returncode == 2 and len(lines) == 1 and "needs Graphviz" in lines[0] and "Traceback" not in r.stderr
     r = run_stage("11_report.py", "--results", copy, "--no-index", "--graph-collapse-above", "0")
     assert r.returncode == 2 and "--graph-collapse-above" in r.stderr
+
+
+# ---------------------------------------------------------------- past the boundaries: DAG optimum, pipeline, bandwidth
+
+def test_beyond_section_shows_the_sweep_and_the_dag_optimum(browser, built):
+    """The bandwidth section's figures are split_summary.json's and bandwidth_sweep.csv's; the graph outlines the DAG
+    optimum's side A (dag_partition.json) and marks the tensors it cuts."""
+    model, rdir = built
+    summ = json.loads((rdir / "split_summary.json").read_text())
+    sw = pd.read_csv(rdir / "bandwidth_sweep.csv")
+    page, errors = open_report(browser, rdir / "report.html")
+    sec = page.locator("section#beyond")
+    assert sec.locator(".missing").count() == 0 and page.locator("#bandwidth-plot .main-svg").count() >= 1
+    best = page.evaluate("() => document.getElementById('bandwidth-plot')._fullData.filter(t => t.meta === 'best')"
+                         ".map(t => [Array.from(t.x), Array.from(t.y), Array.from(t.customdata)])[0]")
+    assert best[0] == pytest.approx(sw["bandwidth_mbit_s"].tolist()) and best[2] == sw["best"].tolist()
+    assert best[1] == pytest.approx((sw["best_latency_us"] / 1e3).tolist())
+    assert page.inner_text("#bandwidth-winners") == ", ".join(dict.fromkeys(sw["best"]))
+    cells = lambda sel: page.eval_on_selector_all(sel, "rs => rs.map(r => Array.from(r.cells, c => c.textContent))")  # noqa: E731
+    tables = sec.locator("table")
+    dag, cross = cells("section#beyond table >> nth=0 >> tbody tr"), cells("section#beyond table >> nth=1 >> tbody tr")
+    opt, opt_e = summ["dag_optimum"], summ["dag_optimum_energy"]
+    assert [r[0] for r in dag] == ["latency", "energy"] and tables.count() == 4        # DAG, crossover, sweep, pipeline
+    assert dag[0][1] == f"{opt['est_latency_us'] / 1e3:.3g} ms" and dag[1][2] == f"{opt_e['est_energy_j'] * 1e3:.3g} mJ"
+    assert dag[0][3] == f"{opt['n_left']} / {opt['n_right']}" and dag[0][10] == ", ".join(opt["cut_tensors"])
+    assert dag[0][8] == f"x{opt['gain_vs_all_on_a']['ratio']:.3g}" and dag[0][9] == f"x{opt['gain_vs_all_on_b']['ratio']:.3g}"
+    want = {("DAG optimum" if k == "dag" else f"b{k}"): v for k, v in summ["bandwidth_crossover"].items()}
+    assert {r[0] for r in cross} == set(want)
+    for name, text in cross:                    # the tiny CNN: no split beats the NPU alone, so all "never"
+        v = want[name]
+        assert text == ("never" if v is None else "any bandwidth" if v == 0 else
+                        f"{v / 1e6:.3g} MB/s ({8 * v / 1e6:.3g} Mbit/s)" if 1e6 <= v < 1e9 else bandwidth_text(v))
+    assert bandwidth_text(2.5e7) == "25 MB/s (200 Mbit/s)" and bandwidth_text(None) == "never"
+    assert len(cells("section#beyond table >> nth=2 >> tbody tr")) == len(sw)
+    pipe = cells("section#beyond table >> nth=3 >> tbody tr")
+    assert [r[0] for r in pipe] == ["latency", "throughput"]
+    assert pipe[0][4] == f"{summ['pipeline']['latency']['est_latency_us'] / 1e3:.3g} ms"
+    # the graph: every node on the DAG optimum's side A outlined, the rest marked B, its cut tensors' edges marked
+    left = json.loads((rdir / "dag_partition.json").read_text())["partitions"]["latency"]["left_nodes"]
+    sides = dict(page.eval_on_selector_all("#graph [data-node]", "els => els.map(e => [e.dataset.node, e.dataset.dag])"))
+    assert {k for k, v in sides.items() if v == "A"} == set(left) and set(sides.values()) == {"A", "B"}
+    assert page.locator("#graph rect.dag-a").count() == len(left)
+    cut = page.eval_on_selector_all("#graph .gedge.dagcut", "els => els.map(e => e.dataset.tensor)")
+    assert set(cut) == set(opt["cut_tensors"])
+    page.click(f'#graph [data-node="{left[0]}"]')
+    row = dict(page.eval_on_selector_all("#graph-row tr", "rs => rs.map(r => [r.cells[0].textContent, r.cells[1].textContent])"))
+    assert row["DAG optimum"].startswith("device A (")
+    assert errors == []
+    page.close()
+
+
+def test_dag_overlay_only_with_its_own_partition(built, tmp_path):
+    """No dag_partition.json, or one from another run of 07: no overlay (and the page says nothing about it)."""
+    model, rdir = built
+    copy = tmp_path / "cnn"
+    shutil.copytree(rdir, copy, ignore=shutil.ignore_patterns("splits", "pipeline"))
+    g = graph_section(Artifacts(copy))
+    assert g["dag"] and set(g["data"]["nodes"]["dag"]) == {"A", "B"}
+    small = graph_section(Artifacts(copy), threshold=5)         # 9 nodes without scopes: two runs (used to recurse)
+    assert [v["label"] for v in small["data"]["views"]] == ["whole graph", "nodes 0-4", "nodes 5-8"]
+    part = json.loads((copy / "dag_partition.json").read_text())
+    part["upstream"] = {"workload_profile.json": "0" * 32}
+    (copy / "dag_partition.json").write_text(json.dumps(part))
+    g = graph_section(Artifacts(copy))
+    assert g["dag"] == "" and set(g["data"]["nodes"]["dag"]) == {""}
+    (copy / "dag_partition.json").unlink()
+    assert graph_section(Artifacts(copy))["dag"] == ""
+
+
+def test_whatif_measured_is_the_devices_source(built):
+    """07 fills latency_a_us and latency_b_us always: which list is 01's measured latency is devices.<key>.source."""
+    model, rdir = built
+    m = json.loads((rdir / "split_model.json").read_text())
+    assert m["nodes"]["latency_a_us"] is not None and m["nodes"]["latency_b_us"] is not None
+    assert m["devices"]["A"]["source"] == "measured" and measured_key(m) == "A"
+    m["devices"]["A"]["source"] = "model"
+    assert measured_key(m) is None
+    m["devices"]["B"]["source"] = "measured"
+    assert measured_key(m) == "B"
+
+
+def test_beyond_and_overlay_on_a_non_prefix_optimum(tmp_path):
+    """test_dag_split's two branches (the DAG optimum is not a prefix): the graph's DAG sides are dag_partition.json's
+    node set, and the crossover table shows split_summary.json's bandwidths."""
+    model = tmp_path / "branches.onnx"
+    branches(model)
+    costs(model, tmp_path)
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path, "--system", dag_system(tmp_path / "s.yaml"))
+    assert r.returncode == 0, r.stderr
+    summ = json.loads((tmp_path / "split_summary.json").read_text())
+    left = json.loads((tmp_path / "dag_partition.json").read_text())["partitions"]["latency"]["left_nodes"]
+    assert not summ["dag_optimum"]["is_prefix"]
+    art = Artifacts(tmp_path)
+    g = graph_section(art)
+    assert [n for n, d in zip(g["data"]["nodes"]["name"], g["data"]["nodes"]["dag"]) if d == "A"] == left
+    assert "not a prefix" in g["dag"]
+    cut = {t for v in g["data"]["views"] for e in v["edges"] if e[9] for t in e[3].split(";")}
+    assert cut == set(summ["dag_optimum"]["cut_tensors"])
+    sec = beyond_section(art)
+    shown = dict(sec["crossover"]["rows"])
+    want = {("DAG optimum" if k == "dag" else f"b{k}"): bandwidth_text(v) for k, v in summ["bandwidth_crossover"].items()}
+    assert shown == want and any(v is not None for v in summ["bandwidth_crossover"].values())
+    assert sec["dag"]["rows"][0][6] == "no" and sec["pipeline"] is None

@@ -6,7 +6,6 @@ import ast
 from pathlib import Path
 
 import networkx as nx
-import pytest
 
 from conftest import REPO
 from lib.onnx.ops import REGISTRY
@@ -43,16 +42,10 @@ def _imported(node: ast.AST, here: str) -> list[str]:
 MAX_FUNCTION_LINES = 60
 MAX_STAGE_CODE_LINES = 80
 STAGES = sorted(REPO.glob("[01][0-9]_*.py"))
-# Offenders in files their owners are rewriting now (issue 28 notes): reported as an expected failure while
-# they remain; any other offender fails.
-BEING_REWRITTEN = {"lib.latency.calibrate.main", "03_merge_profile_metrics.py", "08_export_splits.py"}
 
 
 def _check(offenders: list[tuple], what: str) -> None:
-    new = [o for o in offenders if o[0] not in BEING_REWRITTEN]
-    assert not new, f"{what}: {new}"
-    if offenders:
-        pytest.xfail(f"{what}, in files being rewritten by their owners: {offenders}")
+    assert not offenders, f"{what}: {offenders}"
 
 
 def _trees() -> dict[str, ast.Module]:

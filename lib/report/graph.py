@@ -4,10 +4,11 @@ Every node is drawn (the page's SVG element carries data-node="<node name>"), ev
 shape as stage 02 resolved it (ops_metrics.csv out_shapes; the graph's inputs as recorded in its identity).
 Node fill: share of measured time (01, merged by 03), else of predicted time (03); border: compute- or
 memory-bound (03's roofline). Drawn over it: 04's critical path, the fused groups (an ORT kernel and the original
-nodes fused into it, 03's fused_into column) and 07's chosen split. A graph above THRESHOLD nodes is collapsed by
-layer name scope (a TorchScript export's '/layer1/layer1.0/conv1/Conv' path, else the exporter's layer name);
-each scope is a box that opens on click into its own layout; a scope still above THRESHOLD without inner
-scopes opens into runs of CHUNK nodes in topological order. Layout: lib/report/layout.py.
+nodes fused into it, 03's fused_into column), 07's chosen split and its DAG optimum (dag_partition.json). A graph
+above THRESHOLD nodes is collapsed by layer name scope (a TorchScript export's '/layer1/layer1.0/conv1/Conv' path,
+else the exporter's layer name); each scope is a box that opens on click into its own layout; a scope still above
+THRESHOLD without inner scopes opens into runs of CHUNK nodes (at most the threshold) in topological order.
+Layout: lib/report/layout.py.
 """
 from __future__ import annotations
 
@@ -74,8 +75,9 @@ def views(scope: list[list[str]], threshold: int = THRESHOLD) -> list[dict]:
                 continue
             break
         if not groups:                                # no scope inside: runs of CHUNK nodes in topological order
-            groups = {f"nodes {k}-{min(k + CHUNK, len(members)) - 1}": members[k:k + CHUNK]
-                      for k in range(0, len(members), CHUNK)}
+            size = min(CHUNK, threshold)              # never one run of everything (it would recurse forever)
+            groups = {f"nodes {k}-{min(k + size, len(members)) - 1}": members[k:k + size]
+                      for k in range(0, len(members), size)}
         first = {}
         for key, ms in groups.items():
             if len(ms) > 1:
@@ -155,7 +157,8 @@ def _dot_label(shapes: list[str]) -> str:
 class _Edges:
     """The graph's edges, one per (tensor, consumer), as arrays: what every view maps onto its items."""
 
-    def __init__(self, arrays: GraphArrays, shapes: list[str], crit_path: list[int], boundary: int | None):
+    def __init__(self, arrays: GraphArrays, shapes: list[str], crit_path: list[int], boundary: int | None,
+                 dag: list[str] | None = None):
         counts = np.diff(arrays.cons_ptr)
         self.tk = np.repeat(np.arange(len(counts)), counts)
         self.tc = arrays.cons.astype(np.int64)
@@ -165,6 +168,9 @@ class _Edges:
         self.crit = np.array([(int(p), int(c)) in pairs for p, c in zip(self.tp, self.tc)], dtype=bool)
         self.cut = ((self.tp >= 0) & (self.tp <= boundary) & (self.tc > boundary) if boundary is not None
                     else np.zeros(len(self.tc), dtype=bool))
+        on_a = np.array([d == "A" for d in dag or []] + [False], dtype=bool)     # [-1]: a graph input
+        self.dcut = (on_a[self.tp] & ~on_a[self.tc] & (self.tp >= 0) if dag and any(dag)
+                     else np.zeros(len(self.tc), dtype=bool))               # producer on A, consumer on B
         self.inputs = [int(k) for k in np.unique(self.tk[self.tp < 0])]
 
     def of_view(self, item_of: np.ndarray, input_item: dict[int, int]) -> list[dict]:
@@ -176,13 +182,14 @@ class _Edges:
         out: dict[tuple[int, int], dict] = {}
         for e in keep.tolist():
             key = (int(src[e]), int(dst[e]))
-            d = out.setdefault(key, {"shapes": [], "tensors": [], "crit": False, "cut": False})
+            d = out.setdefault(key, {"shapes": [], "tensors": [], "crit": False, "cut": False, "dcut": False})
             k = int(self.tk[e])
             if self.t_names[k] not in d["tensors"]:
                 d["tensors"].append(self.t_names[k])
                 d["shapes"].append(self.shapes[k])
             d["crit"] |= bool(self.crit[e])
             d["cut"] |= bool(self.cut[e])
+            d["dcut"] |= bool(self.dcut[e])
         return [{"s": s, "d": t, **v} for (s, t), v in out.items()]
 
 
@@ -219,6 +226,23 @@ def _positions(art, names: list[str]) -> tuple[list[int], int | None, str]:
     return path, b, f"b{b}, after {best['after_node']}"
 
 
+def dag_sides(art, names: list[str]) -> tuple[list[str], str]:
+    """07's DAG optimum (dag_partition.json, latency objective) as each node's device, "A" or "B", and its label;
+    [""] * n when there is none or it is not from the run of 07 that wrote split_summary.json."""
+    summ, part = art.meta("split_summary.json") or {}, art.json("dag_partition.json")
+    opt = summ.get("dag_optimum")
+    left = ((part or {}).get("partitions") or {}).get("latency", {}).get("left_nodes")
+    if not opt or left is None or part.get("upstream") != summ.get("upstream") or len(left) != opt["n_left"]:
+        return [""] * len(names), ""
+    on_a = set(left)
+    if not on_a <= set(names):
+        return [""] * len(names), ""
+    label = (f"{len(on_a)} of {len(names)} nodes on A, {opt['n_cut_tensors']} cut tensor(s), est. "
+             f"{opt['est_latency_us'] / 1e3:.3g} ms" + (f" (= boundary b{opt['prefix_boundary']})" if opt.get("is_prefix")
+                                                        else " (not a prefix of the topological order)"))
+    return ["A" if x in on_a else "B" for x in names], label
+
+
 def _layout_views(vs, n, ops, edges, engine_name) -> list[dict]:
     jobs, parts = [], []
     for vi in range(len(vs)):
@@ -232,7 +256,8 @@ def _layout_views(vs, n, ops, edges, engine_name) -> list[dict]:
                     "items": [[k, ref, round(x, 1), round(y, 1), round(w, 1), round(h, 1), label, count]
                               for (k, ref, label, count, _), (x, y, w, h) in zip(items, lay.boxes)],
                     "edges": [[e["s"], e["d"], ";".join(e["shapes"]), ";".join(e["tensors"]), int(e["crit"]),
-                               int(e["cut"]), d, round(lx, 1), round(ly, 1)] for e, (d, lx, ly) in zip(es, lay.paths)]})
+                               int(e["cut"]), d, round(lx, 1), round(ly, 1), int(e["dcut"])]
+                              for e, (d, lx, ly) in zip(es, lay.paths)]})
     return out
 
 
@@ -254,14 +279,16 @@ def graph_section(art, threshold: int = THRESHOLD, prefer: str | None = None, ma
     shapes = _edge_shapes(arrays, df["out_shapes"].tolist(), art.identity["inputs"].get("input_shapes") or {})
     path, boundary, split_label = _positions(art, names)
     side = ["A" if i <= boundary else "B" for i in range(len(names))] if boundary is not None else [""] * len(names)
-    edges = _Edges(arrays, shapes, path, boundary)
+    dag, dag_label = dag_sides(art, names)
+    edges = _Edges(arrays, shapes, path, boundary, dag)
     layers = [str(x) for x in _col(df, "layer", "")]
     vs = views(scopes(names, layers, arrays.succs(), arrays.preds()) if len(names) > threshold else [[]] * len(names),
                threshold)
     name = layout.engine(prefer)
-    data = {"nodes": _nodes_json(df, set(path), side), "time": kind, "threshold": threshold,
+    data = {"nodes": {**_nodes_json(df, set(path), side), "dag": dag}, "time": kind, "threshold": threshold, "dag": dag_label,
             "views": _layout_views(vs, len(names), df["op_type"].tolist(), edges, name),
             "split": split_label, "inputs": [str(arrays.t_names[k]) for k in edges.inputs]}
     fused = sum(1 for f in data["nodes"]["fused"] if f)
     return {"ok": True, "data": data, "n": len(names), "collapsed": len(vs) > 1, "views": len(vs), "threshold": threshold,
-            "engine": layout.engine_name(name), "time": kind, "split": split_label, "crit": len(path), "fused": fused}
+            "engine": layout.engine_name(name), "time": kind, "split": split_label, "crit": len(path), "fused": fused,
+            "dag": dag_label}

@@ -9,98 +9,32 @@ and re-evaluates 07's split model in the browser (the JavaScript mirrors lib/spl
 """
 from __future__ import annotations
 
-import base64
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from markupsafe import Markup
 
 from lib.artifacts import PRODUCER, read_csv, read_json
 from lib.errors import StageError
 from lib.provenance import Results
-from lib.units import fmt_binary_bytes
 from lib.analysis.roofline import node_bytes
+from lib.report.beyond import beyond_section
+from lib.report.fmt import (num as _num, data_uri, fig_html as _fig_html, mj, ms, nbytes, node_label, pct, per_s,
+                            plot_layout as _layout, script_json, si, table)
 from lib.report.graph import THRESHOLD, graph_section
+from lib.zoo.table import zoo_html
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "report.html.j2"
 SECTIONS = [("summary", "Summary"), ("graph", "Graph"), ("time", "Where the time goes"), ("roofline", "Roofline"),
             ("critical-path", "Critical path"), ("energy", "Energy"), ("offload", "Offload candidates (Amdahl)"),
-            ("splits", "Two-device splits"), ("what-if", "What if: other devices and link")]
+            ("splits", "Two-device splits"), ("beyond", "DAG optimum, pipeline, bandwidth"),
+            ("what-if", "What if: other devices and link")]
 # stamped meta files (run id + identity) a report may combine; metrics_meta.json (stage 02) is required
 METAS = ["metrics_meta.json", "profile_meta.json", "merge_meta.json", "critical_path_meta.json", "energy_meta.json",
          "workload_profile.json", "split_summary.json", "split_model.json", "validation_report.json"]
-PLOT_CONFIG = {"displaylogo": False, "responsive": True}
-
-
-# ---------------------------------------------------------------- formatting
-
-def _num(v) -> float | None:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-def ms(us, digits: int = 3) -> str:
-    v = _num(us)
-    return "n/a" if v is None else f"{v / 1e3:.{digits}g} ms"
-
-
-def mj(j) -> str:
-    v = _num(j)
-    return "n/a" if v is None else f"{v * 1e3:.3g} mJ"
-
-
-def si(v, unit: str = "") -> str:
-    v = _num(v)
-    if v is None:
-        return "n/a"
-    for p, k in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(v) >= k:
-            return f"{v / k:.3g} {p}{unit}"
-    return f"{v:.3g} {unit}".rstrip()
-
-
-def nbytes(v) -> str:
-    v = _num(v)
-    return "n/a" if v is None else fmt_binary_bytes(v)
-
-
-def pct(v) -> str:
-    v = _num(v)
-    return "n/a" if v is None else f"{v:.1f}%"
-
-
-def per_s(v) -> str:
-    v = _num(v)
-    return "n/a" if v is None else f"{v:.3g}/s"
-
-
-def node_label(node: str, layer) -> str:
-    layer = "" if layer is None or (isinstance(layer, float) and math.isnan(layer)) else str(layer)
-    return f"{layer} ({node})" if layer else node
-
-
-def table(columns: list[str], rows: list[list], numeric: set[int] | None = None) -> dict:
-    """A table for the template: header, rows of text cells, and which columns are numbers (right-aligned)."""
-    return {"columns": columns, "rows": [[("" if c is None else str(c)) for c in r] for r in rows],
-            "numeric": sorted(numeric or set())}
-
-
-def script_json(obj) -> str:
-    """JSON safe inside <script type="application/json">: no '</' can close the element early."""
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-
-
-def data_uri(path: Path) -> str | None:
-    mime = {".svg": "image/svg+xml", ".png": "image/png"}.get(path.suffix)
-    if mime is None or not path.exists():
-        return None
-    return f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode()}"
 
 
 # ---------------------------------------------------------------- artifacts
@@ -141,15 +75,6 @@ class Artifacts:
 
     def missing(self, name: str) -> str:
         return f"{name} is missing: run {PRODUCER.get(name, 'its stage')} (make all runs every stage)"
-
-
-def _fig_html(fig, div_id: str) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOT_CONFIG)
-
-
-def _layout(fig, title: str, height: int, **kw) -> None:
-    fig.update_layout(title={"text": title, "x": 0.01, "font": {"size": 14}}, height=height, template="plotly_white",
-                      margin={"l": 60, "r": 20, "t": 50, "b": 50}, legend={"font": {"size": 11}}, **kw)
 
 
 # ---------------------------------------------------------------- summary
@@ -453,13 +378,20 @@ def exported_splits(art: Artifacts, bd: pd.DataFrame) -> dict:
 
 # ---------------------------------------------------------------- what-if
 
+def measured_key(model: dict) -> str | None:
+    """The device whose per-node times in split_model.json are 01's measured latency (nodes.latency_<key>_us), or
+    None: 07 now fills both lists always (a modelled device's own times), so only devices.<key>.source tells."""
+    return next((k for k in ("A", "B") if model["devices"].get(k, {}).get("source") == "measured"
+                 and model["nodes"].get(f"latency_{k.lower()}_us") is not None), None)
+
+
 def whatif_section(art: Artifacts) -> dict:
     model = art.meta("split_model.json")
     if model is None:
         return {"ok": False, "missing": art.missing("split_model.json")}
     data = {k: v for k, v in model.items() if k not in ("run_id", "identity", "upstream")}
     return {"ok": True, "json": script_json(data), "devices": model["devices"], "link": model["link"],
-            "link_name": model.get("link_name", ""), "measured": model["nodes"]["latency_a_us"] is not None,
+            "link_name": model.get("link_name", ""), "measured": measured_key(model) is not None,
             "ranking": model["ranking"], "constraints": {k: v for k, v in model["constraints"].items() if v is not None}}
 
 
@@ -502,13 +434,12 @@ def build(rdir: Path, light=None, top_nodes: int = 15, graph: tuple = (None, THR
     """The report page of one results folder, and what report_meta.json records about it. graph: the graph
     section's layout library (None: dot when installed) and the node count above which it is collapsed."""
     import plotly
-    from markupsafe import Markup
 
     art = Artifacts(rdir, light)
     s = {"summary": summary_section(art), "graph": graph_section(art, graph[1], graph[0]),
          "time": time_section(art, top_nodes), "roofline": roofline_section(art),
          "critical-path": critical_path_section(art), "energy": energy_section(art), "offload": offload_section(art),
-         "splits": splits_section(art), "what-if": whatif_section(art)}
+         "splits": splits_section(art), "beyond": beyond_section(art), "what-if": whatif_section(art)}
     for sec in s.values():
         for k in ("plot", "classes_plot"):
             if k in sec:
@@ -562,8 +493,9 @@ def build_index(root: Path) -> tuple[str, int]:
     t = table(["model", "input", "latency (session, median)", "MACs", "FLOPs", "AI (FLOP/B)", "parallelism",
                "energy (component model)", "energy (power x time)", "energy (counter)", "all on A", "all on B",
                "best split"], rows, {2, 3, 4, 5, 6, 7, 8, 9, 10, 11})
+    zoo = zoo_html(root)     # the zoo's table (results/zoo.csv), when `make zoo` wrote one here
     html = _env().get_template(TEMPLATE).render(page="index", title="nn-perf: analysed models", index=t, links=links,
-                                                advice=advice, pending=pending)
+                                                advice=advice, pending=pending, zoo=Markup(zoo) if zoo else None)
     return html, len(rows)
 
 
