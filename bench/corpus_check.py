@@ -11,12 +11,14 @@ per model and the failures; exit 1 when any model fails.
 from __future__ import annotations
 
 import argparse
+import shlex
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from bench.record import record
 from lib.artifacts import read_csv
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,17 +77,24 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=3, help="stage 01 runs (RUNS, default 3)")
     p.add_argument("--splits", type=int, default=3, help="splits exported and validated (SPLITS, default 3)")
     p.add_argument("--results", default=str(REPO / "results" / "_corpus"), help="results root (default: %(default)s)")
+    p.add_argument("--record", action="store_true", help="also write the table as printed into bench/RESULTS.md")
     a = p.parse_args(argv)
+    lines: list[str] = []
+
+    def say(line: str = "") -> None:     # print, and keep the line for --record (never figures typed by hand)
+        print(line, flush=True)
+        lines.append(line)
+
     if not MANIFEST.exists():
         sys.exit(f"error: {MANIFEST} not found: build the corpus first (python -m bench.corpus --build)")
     models = [e for e in json.loads(MANIFEST.read_text())["models"] if not a.only or e["name"] in a.only]
     rows, failures = [], {}
-    print(f"{'model':<26} {'rc':>3} {'time s':>7} {'unknown':>7} {'cover %':>8} {'splits':>7} {'worst diff':>10} "
+    say(f"{'model':<26} {'rc':>3} {'time s':>7} {'unknown':>7} {'cover %':>8} {'splits':>7} {'worst diff':>10} "
           f"{'MACs vs exec':>12}")
     for e in models:
         rdir = Path(a.results) / e["name"]
         if (e.get("executed_macs") or {}).get("total") is None:   # ONNX Runtime cannot run it (LSTM layout=1)
-            print(f"{e['name']:<26} skipped: ONNX Runtime cannot run it ({e.get('notes', '')[:60]})")
+            say(f"{e['name']:<26} skipped: ONNX Runtime cannot run it ({e.get('notes', '')[:60]})")
             continue
         rc, err, dt = make_all(e, rdir, a.runs, a.splits)
         row = {"model": e["name"], "rc": rc, "error": err, "time_s": dt}
@@ -96,14 +105,17 @@ def main(argv=None) -> int:
         if bad:
             failures[e["name"]] = bad
         mv = row.get("macs_vs_executed")
-        print(f"{e['name']:<26} {rc:>3} {dt:>7.1f} {row.get('unknown_cost', '-')!s:>7} "
+        say(f"{e['name']:<26} {rc:>3} {dt:>7.1f} {row.get('unknown_cost', '-')!s:>7} "
               f"{100 * row['coverage'] if row.get('coverage') is not None else float('nan'):>8.2f} "
               f"{row.get('splits_pass', '-')!s:>3}/{row.get('splits', '-')!s:<3} "
               f"{row['worst_diff'] if row.get('worst_diff') is not None else float('nan'):>10.2e} "
-              f"{'n/a' if mv is None else f'{100 * mv:+.4f}%':>12}", flush=True)
-    print(f"\n{len(rows) - len(failures)}/{len(rows)} models pass")
+              f"{'n/a' if mv is None else f'{100 * mv:+.4f}%':>12}")
+    say(f"\n{len(rows) - len(failures)}/{len(rows)} models pass")
     for name, bad in failures.items():
-        print(f"  {name}: {'; '.join(bad)}")
+        say(f"  {name}: {'; '.join(bad)}")
+    if a.record:
+        record("corpus_check", "```\n" + "\n".join(lines) + "\n```\n",
+               command=shlex.join(["python", "-m", "bench.corpus_check", *(argv if argv is not None else sys.argv[1:])]))
     return 1 if failures else 0
 
 
