@@ -193,6 +193,9 @@ def _work(node, g: Graph) -> tuple[float, float]:
     return (0.0, 0.0) if c is None else (c[1], c[0])
 
 
+MATMUL_ADD_KERNEL = "Gemm"      # the kernel a 3-D MatMul+Add runs as, between two inserted Reshapes
+
+
 class _Attribution:
     """The state of one mapping of kernels onto original node positions (see attribute())."""
 
@@ -217,6 +220,9 @@ class _Attribution:
         self.inserted: set[str] = set()          # kernels ORT inserted or rewrote (steps 3 and 4)
         self.view_of = self._mac_views(optimized) if optimized is not None else {}
 
+    # only ORT's MatMulAddFusion wraps its kernel in Reshapes of its own; a Reshape next to another MAC kernel
+    # (a FusedConv) is a rewrite of an original node (a Transpose the transpose optimizer turned into Reshape_token_*)
+    # and goes to that node (steps 3 and 4)
     def _mac_views(self, optimized: onnx.ModelProto) -> dict[str, str]:
         """Step 0: ORT runs a 3-D MatMul(+Add) as Reshape -> Gemm -> Reshape. The Reshapes it inserted are views
         of the MAC kernel between them: the output one's original tensor is the MAC kernel's (it ran the MatMul
@@ -232,8 +238,8 @@ class _Attribution:
             if n is None or n.op_type not in VIEW_KERNELS or k in self.node_index or not n.input or not n.output:
                 continue
             p = prod.get(n.input[0])
-            mac = [c for c in cons.get(n.output[0], ()) if is_mac_kernel(c.op_type) and c.name in kernels]
-            if p is not None and is_mac_kernel(p.op_type) and p.name in kernels:
+            mac = [c for c in cons.get(n.output[0], ()) if c.op_type == MATMUL_ADD_KERNEL and c.name in kernels]
+            if p is not None and p.op_type == MATMUL_ADD_KERNEL and p.name in kernels:
                 views[k] = p.name
                 if self.tensor_of.get(k):      # the original tensor the view writes is the MAC kernel's
                     self.tensor_of[p.name], self.exact[p.name] = self.tensor_of[k], True
