@@ -33,6 +33,7 @@ from lib.host import load_host
 from lib.latency import calibrate_kernels as ck
 from lib.latency import latency_model as lm
 from lib.latency import microbench as mb
+from lib.latency.host_probe import cpu_description
 from lib.latency.sweep import run_stages
 from lib.onnx.export_models import export_encoder, export_torchvision
 
@@ -101,16 +102,7 @@ TARGETS = {"cpu": "cpu_us", "q25": "q25_us", "median": "latency_us", "p10": "p10
 
 
 def _host_description() -> dict:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"hostname": platform.node(), "cpu": cpu or platform.processor() or platform.machine(),
-            "cores": os.cpu_count()}
+    return {"hostname": platform.node(), "cpu": cpu_description()["model"], "cores": os.cpu_count()}
 
 
 def _saved_bench(bench_csv: str, threads: int):

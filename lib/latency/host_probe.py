@@ -14,6 +14,7 @@ them is a bound (lib/analysis/roofline.py).
 from __future__ import annotations
 
 import os
+import platform
 import tempfile
 from pathlib import Path
 
@@ -42,7 +43,6 @@ def _cpuinfo() -> dict[str, str]:
 
 
 def cpu_description() -> dict:
-    import platform
     info = _cpuinfo()
     return {"model": info.get("model name") or platform.processor() or platform.machine(),
             "cores": len(os.sched_getaffinity(0)), "mhz": float(info["cpu MHz"]) if "cpu MHz" in info else None,
