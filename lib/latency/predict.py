@@ -115,7 +115,9 @@ def stage_prediction(df: pd.DataFrame, measured: bool, host: dict, rdir: Path, m
     if len(df) >= KERNEL_MODEL_MAX_NODES:
         graph = None            # the kernel table and the trees over every kernel: seconds at 200k nodes
     try:
-        pred = predict_session(graph, df, model, host, latency_model_file, info["predicted_latency_us"], rdir)
+        # 01's kept optimized graph only beside the profile 03 accepted as this model's (never a stale one)
+        pred = predict_session(graph, df, model, host, latency_model_file, info["predicted_latency_us"],
+                               rdir if measured else None)
         if graph is None and model and len(df) >= KERNEL_MODEL_MAX_NODES:
             pred["note_kernel_model"] = (f"kernel model not run on {len(df):,} nodes (from "
                                          f"{KERNEL_MODEL_MAX_NODES:,}): the baseline stands")
