@@ -2,6 +2,7 @@
 driven headless by Playwright (skipped, with the reason, when either is missing; .ci/run installs chromium)."""
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from conftest import REPO, costs, make_model, run_stage, small_cnn, tensor
 from test_dag_split import branches, system as dag_system
 from lib.report.beyond import bandwidth_text, beyond_section
 from lib.report.graph import graph_section, scopes, views
-from lib.report.page import Artifacts, measured_key
+from lib.report.page import Artifacts, measured_key, roofline_section, summary_section
 from lib.report.layout import layout_many
 
 CHROMIUM = os.environ.get("NN_PERF_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -31,7 +32,7 @@ ARGS07 = ["--dedup-window", "0", "--min-compute-share", "0"]     # every boundar
 def stages(model, rdir, profile=True, upto="11"):
     plan = [("02_shapes_flops_bytes.py", ["--model", model]),
             ("01_profile_onnx.py", ["--model", model, "--runs", "3", "--warmup", "1"]) if profile else None,
-            ("03_merge_profile_metrics.py", []), ("04_critical_path.py", ["--model", model]),
+            ("03_merge_profile_metrics.py", ["--model", model]), ("04_critical_path.py", ["--model", model]),
             ("05_energy_estimate.py", ["--model", model]), ("07_split_candidates.py", ["--model", model, *ARGS07]),
             ("08_export_splits.py", ["--model", model, "--top-k", "2", "--runs", "1", "--diagram", "matplotlib"]),
             ("11_report.py", ["--model", model, "--index", Path(rdir).parent / "index.html"])]
@@ -83,6 +84,75 @@ def test_report_and_index_files(built):
     assert 'href="cnn/report.html"' in index and "cnn" in index
     summ = json.loads((rdir / "split_summary.json").read_text())
     assert summ["verdict"]["advice"] in html.replace("&#39;", "'").replace("&amp;", "&")
+
+
+def summary_row(html: str, label: str) -> str:
+    return html.split(f"<td>{label}</td><td>", 1)[1].split("</td>", 1)[0].replace("&#39;", "'").replace("&amp;", "&")
+
+
+def plot_traces(html: str, div_id: str) -> list[dict]:
+    """The traces of a Plotly figure as embedded in the page (Plotly.newPlot("<id>", [traces], layout, config))."""
+    rest = re.split(rf'Plotly\.newPlot\(\s*"{div_id}",\s*', html, maxsplit=1)[1]
+    return json.JSONDecoder().raw_decode(rest)[0]
+
+
+def test_summary_shows_the_prediction_and_the_roofline_the_memory_levels(built):
+    """The summary's predicted latency is merge_meta.json's (03 ran with --model: the kernel model, with its interval);
+    the roofline draws one memory roof per level of the host 03 used, named with its size and bandwidth."""
+    model, rdir = built
+    merge = json.loads((rdir / "merge_meta.json").read_text())
+    p, host = merge["prediction"], merge["host"]
+    html = (rdir / "report.html").read_text()
+    row = summary_row(html, "predicted latency (stage 03)")
+    assert p["predicted_by"] == "kernel model" and p["interval_us"] and p["measured_latency_us"]
+    lo, hi = p["interval_us"]
+    assert row.startswith(f"{p['predicted_latency_us'] / 1e3:.3g} ms (kernel model, interval {lo / 1e3:.3g}-"
+                          f"{hi / 1e3:.3g} ms), {100 * p['error']:+.0f}% vs measured; baseline (efficiency model) "
+                          f"{p['baseline_latency_us'] / 1e3:.3g} ms ({100 * p['baseline_error']:+.0f}%)"), row
+    assert ("never seen in training" in row) == bool(p["unseen_kernel_types"])
+    names = [t.get("name", "") for t in plot_traces(html, "roofline-plot")]
+    assert set(host["caches_bytes"]) == {"L1", "L2", "L3"}      # configs/host.yaml is calibrated
+    for lv, size in host["caches_bytes"].items():
+        bw = host["bandwidth_bytes_per_s"][lv]
+        assert [n for n in names if n.startswith(f"{lv} (")] == [f"{lv} ({size // 1024 if size < 2**20 else size // 2**20} "
+                                                                 f"{'KiB' if size < 2**20 else 'MiB'}): {bw / 1e9:.3g} GB/s"]
+    assert [n for n in names if n.startswith("DRAM")] == [f"DRAM: {host['bandwidth_bytes_per_s']['DRAM'] / 1e9:.3g} GB/s"]
+    assert sum(n.startswith("peak (") for n in names) >= 1 and not any(n.startswith("roof (") for n in names)
+    prof = pd.read_csv(rdir / "ops_profile.csv")
+    levels = [c[5] for t in plot_traces(html, "roofline-plot") if t.get("meta") == "nodes" for c in t["customdata"]]
+    assert sorted(levels) == sorted(prof.loc[(prof["latency_us"] > 0) & (prof["flops"] > 0), "mem_level"])
+    assert "the level its working set" in html.split('id="roofline-levels">', 1)[1].split("</p>", 1)[0]
+
+
+def test_prediction_row_without_prediction_unseen_kernels_and_one_memory_level(built, tmp_path):
+    """An older merge_meta.json (no `prediction`): "n/a", not a crash. Unseen kernel types and a baseline prediction
+    are said; a host without per-level figures keeps the single DRAM roof per dtype."""
+    model, rdir = built
+    copy = tmp_path / "cnn"
+    shutil.copytree(rdir, copy, ignore=shutil.ignore_patterns("splits"))
+    merge = json.loads((copy / "merge_meta.json").read_text())
+    p = merge.pop("prediction")
+    (copy / "merge_meta.json").write_text(json.dumps(merge))
+    rows = dict(summary_section(Artifacts(copy))["table"]["rows"])
+    assert rows["predicted latency (stage 03)"].startswith("n/a")
+    merge["prediction"] = {**p, "unseen_kernel_types": ["FusedConv", "QGemm"], "unseen_kernel_share": 0.25}
+    merge["host"] = {k: v for k, v in merge["host"].items() if k not in ("caches_bytes", "bandwidth_bytes_per_s")}
+    (copy / "merge_meta.json").write_text(json.dumps(merge))
+    art = Artifacts(copy)
+    row = dict(summary_section(art)["table"]["rows"])["predicted latency (stage 03)"]
+    assert row.endswith("; 2 kernel types never seen in training (25% of the predicted time): FusedConv, QGemm")
+    roof = roofline_section(art)
+    names = [t.get("name", "") for t in plot_traces(str(roof["plot"]), "roofline-plot")]
+    bw = merge["host"]["mem_bw_bytes_per_s"]
+    assert roof["levels"] == ["DRAM"] and [n for n in names if n.startswith("roof (")] == [
+        f"roof (float): {merge['host']['peak_flops_per_s']['float'] / 1e9:.0f} GFLOP/s, {bw / 1e9:.1f} GB/s"]
+    assert not any(n.startswith(("L1 (", "L2 (", "L3 (", "peak (")) for n in names)
+    merge["prediction"] = {**p, "predicted_by": "baseline", "predicted_latency_us": p["baseline_latency_us"],
+                           "interval_us": None, "error": p["baseline_error"], "note_kernel_model": "no graph"}
+    (copy / "merge_meta.json").write_text(json.dumps(merge))
+    row = dict(summary_section(Artifacts(copy))["table"]["rows"])["predicted latency (stage 03)"]
+    assert row == (f"{p['baseline_latency_us'] / 1e3:.3g} ms (baseline: efficiency model), "
+                   f"{100 * p['baseline_error']:+.0f}% vs measured; kernel model not used: no graph")
 
 
 def test_missing_artifacts_are_named_not_fatal(tmp_path):

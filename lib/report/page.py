@@ -19,7 +19,7 @@ from markupsafe import Markup
 from lib.artifacts import PRODUCER, read_csv, read_json
 from lib.errors import StageError
 from lib.provenance import Results
-from lib.analysis.roofline import node_bytes
+from lib.analysis.roofline import levels, node_bytes
 from lib.report.beyond import beyond_section
 from lib.report.fmt import (num as _num, data_uri, fig_html as _fig_html, mj, ms, nbytes, node_label, pct, per_s,
                             plot_layout as _layout, script_json, si, table)
@@ -106,6 +106,7 @@ def summary_section(art: Artifacts) -> dict:
                   f"{prof_meta['opt_level']}, seed {prof_meta['seed']}"]]
     else:
         rows.append(["session latency", "not measured: " + art.missing("profile_meta.json")])
+    rows.append(["predicted latency (stage 03)", prediction_text(merge, art.missing("merge_meta.json"))])
     host = (merge or {}).get("host", {})
     plat = (prof_meta or m).get("versions", {}).get("platform", "?")
     rows.append(["host", f"{host.get('name', 'n/a')}; {plat}"])
@@ -113,6 +114,43 @@ def summary_section(art: Artifacts) -> dict:
         rows.append(["host model (configs/host.yaml)", f"peak {si(host['peak_flops_per_s'].get('float', host['peak_flops_per_s']['default']), 'FLOP/s')} "
                      f"fp32, memory {si(host['mem_bw_bytes_per_s'], 'B/s')}"])
     return {"ok": True, "table": table(["", ""], rows)}
+
+
+def _ms_range(lo, hi) -> str:
+    return f"{_num(lo) / 1e3:.3g}-{_num(hi) / 1e3:.3g} ms"
+
+
+def _signed_pct(ratio) -> str | None:
+    v = _num(ratio)
+    return None if v is None else f"{100 * v:+.0f}%"
+
+
+def prediction_text(merge: dict | None, missing: str = "merge_meta.json is missing") -> str:
+    """The summary's "predicted latency" row from merge_meta.json's `prediction`: the figure, its interval and
+    what predicted it, its error against the measured session, the baseline beside it, the kernel types the
+    kernel model never saw; "n/a" when 03 did not run (`missing` says so) or wrote no prediction (a
+    merge_meta.json from before 03 predicted)."""
+    if merge is None:
+        return "n/a: " + missing
+    pred = merge.get("prediction")
+    if not pred or _num(pred.get("predicted_latency_us")) is None:
+        return ("n/a: merge_meta.json has no prediction (written before 03 predicted: re-run "
+                "03_merge_profile_metrics.py)")
+    by, iv = pred.get("predicted_by", "?"), pred.get("interval_us")
+    how = "baseline: efficiency model" if by == "baseline" else by + (f", interval {_ms_range(*iv)}" if iv else "")
+    err = _signed_pct(pred.get("error"))
+    text = f"{ms(pred['predicted_latency_us'])} ({how})" + (f", {err} vs measured" if err else ", no measured session")
+    if by != "baseline" and _num(pred.get("baseline_latency_us")) is not None:
+        b = _signed_pct(pred.get("baseline_error"))
+        text += f"; baseline (efficiency model) {ms(pred['baseline_latency_us'])}" + (f" ({b})" if b else "")
+    unseen = pred.get("unseen_kernel_types") or []
+    if unseen:
+        share = _num(pred.get("unseen_kernel_share"))
+        text += (f"; {len(unseen)} kernel type{'s' if len(unseen) > 1 else ''} never seen in training ("
+                 f"{'?' if share is None else f'{100 * share:.0f}'}% of the predicted time): {', '.join(unseen)}")
+    if by == "baseline" and pred.get("note_kernel_model"):
+        text += f"; kernel model not used: {pred['note_kernel_model']}"
+    return text
 
 
 # ---------------------------------------------------------------- time
@@ -177,6 +215,83 @@ def roofline_points(prof: pd.DataFrame) -> pd.DataFrame:
     return prof[ok]
 
 
+LEVEL_COLORS = {"L1": "#2ca02c", "L2": "#17becf", "L3": "#9467bd", "DRAM": "#d62728"}
+DASHES = ["solid", "dash", "dot"]
+
+
+def dtype_peaks(host: dict, dtypes) -> list[tuple[float, list[str]]]:
+    """The host's peak FLOP/s of each dtype present, highest first, dtypes sharing a peak together."""
+    roofs: dict[float, list[str]] = {}
+    for d in sorted(set(dtypes)):
+        roofs.setdefault(float(host["peak_flops_per_s"].get(d, host["peak_flops_per_s"]["default"])), []).append(d)
+    return sorted(roofs.items(), reverse=True) or [(float(host["peak_flops_per_s"]["default"]), ["default"])]
+
+
+def ai_axis(pts: pd.DataFrame, host: dict) -> np.ndarray:
+    """The AI values the roofs are drawn at: around the points, and far enough right to show every ridge point."""
+    ridge = dtype_peaks(host, pts["dtype"])[0][0] / levels(host)[2].min()
+    ai = pts["ai_flop_per_byte"]
+    lo, hi = (max(ai.min() / 3, 1e-3), ai.max() * 3 + 1) if len(ai) else (1e-2, 10.0)
+    return np.logspace(np.log10(lo), np.log10(max(hi, 2 * ridge)), 120)
+
+
+def level_label(name: str, size: float, bw: float) -> str:
+    return f"{name} ({nbytes(size)}): {bw / 1e9:.3g} GB/s" if np.isfinite(size) else f"{name}: {bw / 1e9:.3g} GB/s"
+
+
+def add_roofs(fig, host: dict, dtypes, ai: np.ndarray) -> list[str]:
+    """The host's roofs on `fig`: with per-level figures (make calibrate's caches_bytes and bandwidth_bytes_per_s),
+    one memory roof per level, min(top peak, bw x AI), and each dtype's peak as a ceiling from where the fastest
+    level reaches it; without them one roof per dtype, min(peak, bw x AI), at the one (DRAM) bandwidth. Returns the
+    level names (lib/analysis/roofline.py's levels(): the ones stage 03's bound picks from)."""
+    names, size, bw = levels(host)
+    peaks = dtype_peaks(host, dtypes)
+    if len(names) == 1:
+        for k, (peak, ds) in enumerate(peaks):
+            fig.add_scatter(x=ai, y=np.minimum(peak, bw[0] * ai) / 1e9, mode="lines", hoverinfo="skip",
+                            line={"color": "black", "width": 1.5, "dash": DASHES[k % 3]},
+                            name=f"roof ({', '.join(ds)}): {peak / 1e9:.0f} GFLOP/s, {bw[0] / 1e9:.1f} GB/s")
+        return names
+    for name, s, b in zip(names, size, bw):
+        fig.add_scatter(x=ai, y=np.minimum(peaks[0][0], b * ai) / 1e9, mode="lines", hoverinfo="skip", meta="level",
+                        line={"color": LEVEL_COLORS.get(name, "gray"), "width": 1.5}, name=level_label(name, s, b))
+    for k, (peak, ds) in enumerate(peaks):
+        fig.add_scatter(x=ai, y=np.where(bw.max() * ai >= peak, peak, np.nan) / 1e9, mode="lines", hoverinfo="skip",
+                        line={"color": "black", "width": 1.5, "dash": DASHES[k % 3]},
+                        name=f"peak ({', '.join(ds)}): {peak / 1e9:.0f} GFLOP/s")
+    return names
+
+
+def add_node_points(fig, pts: pd.DataFrame) -> None:
+    """One marker trace per op class; the hover names the node, its layer, op, AI, achieved, time, bound and
+    (ops_profile.csv's mem_level, when present) the memory level its working set fits in."""
+    has_level = "mem_level" in pts
+    for c in sorted(set(pts["op_class"])):
+        s = pts[pts["op_class"] == c]
+        cols = [s["node"], s["layer"].fillna(""), s["op_type"], s["latency_us"] / 1e3, s["bound"]]
+        custom = np.stack(cols + ([s["mem_level"].fillna("")] if has_level else []), axis=1)
+        fig.add_scatter(x=s["ai_flop_per_byte"], y=s["achieved_gflops"], mode="markers", name=f"{c} ({len(s)})",
+                        meta="nodes", customdata=custom,
+                        marker={"size": 6 + 40 * np.sqrt(s["pct_latency"].fillna(0) / 100), "opacity": 0.75,
+                                "line": {"width": 0.5, "color": "black"}},
+                        hovertemplate="<b>%{customdata[0]}</b><br>layer %{customdata[1]}<br>op %{customdata[2]}<br>"
+                                      "AI %{x:.3g} FLOP/B<br>achieved %{y:.3g} GFLOP/s<br>%{customdata[3]:.3g} ms, "
+                                      "%{customdata[4]}-bound by the roofline"
+                                      + ("<br>working set in %{customdata[5]}" if has_level else "")
+                                      + "<extra></extra>")
+
+
+def level_note(host: dict) -> str:
+    names, _, bw = levels(host)
+    if len(names) == 1:
+        return ("One memory roof: the host file has no per-level cache sizes and bandwidths (make calibrate measures "
+                "them), so every node's bound uses this bandwidth.")
+    return (f"Memory roofs: one per memory level of the host file ({', '.join(names)}). A node's bound (compute- or "
+            f"memory-bound, its roofline time) uses the level its working set (the bytes its kernel reads and writes) "
+            f"fits in, named in its hover: its memory roof is that level's."
+            + (" Roofs of levels with equal bandwidths coincide." if len(set(bw)) < len(bw) else ""))
+
+
 def roofline_section(art: Artifacts) -> dict:
     import plotly.graph_objects as go
 
@@ -188,25 +303,8 @@ def roofline_section(art: Artifacts) -> dict:
     pts = roofline_points(prof)
     host = merge["host"]
     fig = go.Figure()
-    ai = np.logspace(np.log10(max(pts["ai_flop_per_byte"].min() / 3, 1e-3)), np.log10(pts["ai_flop_per_byte"].max() * 3 + 1), 120)
-    bw = float(host["mem_bw_bytes_per_s"])
-    roofs: dict[float, list[str]] = {}
-    for d in sorted(set(pts["dtype"])):
-        roofs.setdefault(float(host["peak_flops_per_s"].get(d, host["peak_flops_per_s"]["default"])), []).append(d)
-    for k, (peak, dtypes) in enumerate(sorted(roofs.items(), reverse=True)):
-        fig.add_scatter(x=ai, y=np.minimum(peak, bw * ai) / 1e9, mode="lines", hoverinfo="skip",
-                        line={"color": "black", "width": 1.5, "dash": ["solid", "dash", "dot"][k % 3]},
-                        name=f"roof ({', '.join(dtypes)}): {peak / 1e9:.0f} GFLOP/s, {bw / 1e9:.1f} GB/s")
-    for c in sorted(set(pts["op_class"])):
-        s = pts[pts["op_class"] == c]
-        custom = np.stack([s["node"], s["layer"].fillna(""), s["op_type"], s["latency_us"] / 1e3, s["bound"]], axis=1)
-        fig.add_scatter(x=s["ai_flop_per_byte"], y=s["achieved_gflops"], mode="markers", name=f"{c} ({len(s)})",
-                        meta="nodes", customdata=custom,
-                        marker={"size": 6 + 40 * np.sqrt(s["pct_latency"].fillna(0) / 100), "opacity": 0.75,
-                                "line": {"width": 0.5, "color": "black"}},
-                        hovertemplate="<b>%{customdata[0]}</b><br>layer %{customdata[1]}<br>op %{customdata[2]}<br>"
-                                      "AI %{x:.3g} FLOP/B<br>achieved %{y:.3g} GFLOP/s<br>%{customdata[3]:.3g} ms, "
-                                      "%{customdata[4]}-bound by the roofline<extra></extra>")
+    names = add_roofs(fig, host, pts["dtype"], ai_axis(pts, host))
+    add_node_points(fig, pts)
     _layout(fig, "achieved GFLOP/s against arithmetic intensity (marker area ~ share of time; hover for the node)",
             520, xaxis={"type": "log", "title": "arithmetic intensity (FLOP / byte)"},
             yaxis={"type": "log", "title": "achieved GFLOP/s (own FLOPs / measured latency)"})
@@ -214,7 +312,8 @@ def roofline_section(art: Artifacts) -> dict:
     note = (f"{len(pts)} of {len(prof)} nodes plotted: those with their own measured kernel time, FLOPs and bytes. "
             f"{n_fused} were fused by ORT into another node's kernel (no time of their own); the rest have no FLOPs "
             f"(data movement) or did not run.")
-    return {"ok": True, "plot": _fig_html(fig, "roofline-plot"), "note": note, "points": len(pts)}
+    return {"ok": True, "plot": _fig_html(fig, "roofline-plot"), "note": note, "points": len(pts),
+            "levels": names, "level_note": level_note(host)}
 
 
 # ---------------------------------------------------------------- critical path
