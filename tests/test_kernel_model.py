@@ -123,6 +123,31 @@ def test_compute_dtype_of_qdq_and_fp16(tmp_path):
     assert dtype_of(half, "mm") == "float16"
 
 
+def test_fp16_kernels_ort_runs_in_fp32_and_a_channels_last_qlinearconv(tmp_path):
+    """An fp16 CNN on a CPU without fp16 conv kernels: ORT runs each Conv in fp32 (its kernels renamed
+    InsertedPrecisionFreeCast_<tensor>); each maps onto its own conv, with fp32 dtype and twice the fp16 bytes.
+    A QLinearConv ORT runs channels-last sits after the input Transpose it inserts: the conv kernel, not the
+    Transpose, carries the node's FLOPs."""
+    from unseen_models import build_fp16_cnn
+    from lib.latency.predict import optimized_graph
+    path = build_fp16_cnn(tmp_path / "fp16.onnx")["path"]
+    g = graph_of(onnx.load(str(path)))
+    metrics = node_metrics(g)
+    kt = kernel_table(g, metrics, optimized_graph(path))
+    convs = kt[kt["op"] == "Conv"].sort_values("flops")
+    m = metrics.set_index("node")
+    fp16_convs = m[m["op_type"] == "Conv"].sort_values("flops")
+    assert len(convs) == 2 and (convs["compute_dtype"] == "float").all()
+    # Conv 3->16 and 16->16 on 16x16, 3x3: each kernel its own conv's FLOPs (2 x MACs, + the fused epilogue)
+    assert convs["macs"].tolist() == [16 * 16 * 3 * 9 * 16, 16 * 16 * 16 * 9 * 16]
+    assert convs["weight_bytes"].tolist() == (2 * fp16_convs["weight_bytes"]).tolist()
+    q = qdq_conv(tmp_path / "q.onnx")
+    gq = graph_of(q)
+    kq = kernel_table(gq, node_metrics(gq), optimized_graph(tmp_path / "q.onnx"))
+    row = kq[kq["op"].str.contains("QLinearConv")].iloc[0]
+    assert row["macs"] == 4 * 6 * 6 * 3 * 9 and not row["layout"]
+
+
 def test_fit_predict_save_load_and_lofo(records, tmp_path):
     host = load_host("configs/host.yaml")
     model = km.KernelModel.fit(records, host, rounds=30)

@@ -11,6 +11,11 @@ A second kernel on the same group (a layout Reorder, a copy) carries no FLOPs: i
 
 Without a profile (prediction), the kernels are the nodes of ORT's optimized graph (it saves one at session
 creation): the same table without times, so that a model's prediction never uses its own measured kernels.
+
+A kernel's compute dtype is what ORT runs, not what the model declares: an fp16 model on a CPU without fp16
+kernels runs its convolutions and GEMMs in fp32 between Cast nodes ORT inserts (and folds into the weights), so
+a kernel whose first input ORT types as float computes in float whatever the original node said (and moves
+4-byte elements: its bytes count twice those of the fp16 node).
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from lib.latency.profiling import LAYOUT_KERNELS, VIEW_KERNELS, attribute, is_ma
 KERNEL_COLUMNS = ["kernel", "op", "pattern", "node", "nodes", "n_nodes", "flops", "macs", "weight_bytes",
                   "act_in_bytes", "act_out_bytes", "bytes", "compute_dtype", "dims", "out_numel", "layout",
                   "in_shapes", "out_shapes", "t_us", "p10_us", "p90_us", "runs"]
+FP32_BYTES = ("weight_bytes", "act_in_bytes", "act_out_bytes", "bytes")    # an fp16 kernel run in fp32 moves twice
 __all__ = ["KERNEL_COLUMNS", "is_mac_kernel", "kernel_table", "group_row", "optimized_kernels", "trace_kernels"]
 
 
@@ -59,6 +65,33 @@ def optimized_kernels(optimized: onnx.ModelProto) -> tuple[list[str], dict[str, 
         names.append(name)
         ops[name] = n.op_type
     return names, ops
+
+
+def executed_float_types(optimized: onnx.ModelProto | None) -> dict[str, str]:
+    """{kernel: 'float'} for each kernel of the optimized graph whose first input ORT types as fp32 (ORT infers
+    every tensor's type when it loads the graph with each one declared as an output). Empty when ORT cannot
+    load it (the declared dtypes then stand)."""
+    import onnxruntime as ort
+    if optimized is None:
+        return {}
+    m = onnx.ModelProto()
+    m.CopyFrom(optimized)
+    have = {o.name for o in m.graph.output}
+    for n in m.graph.node:
+        m.graph.output.extend(onnx.ValueInfoProto(name=t) for t in n.output if t and t not in have)
+        have.update(n.output)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        types = {o.name: o.type for o in ort.InferenceSession(m.SerializeToString(), so,
+                                                              providers=["CPUExecutionProvider"]).get_outputs()}
+    except Exception:  # noqa: BLE001 - an optimized graph this ORT cannot reload (another host's NCHWc ops)
+        return {}
+    types.update({t.name: "tensor(float)" for t in m.graph.initializer if t.data_type == onnx.TensorProto.FLOAT})
+    types.update({i.name: "tensor(float)" for i in m.graph.input if i.type.tensor_type.elem_type == onnx.TensorProto.FLOAT})
+    names, _ = optimized_kernels(optimized)
+    return {k: "float" for k, n in zip(names, optimized.graph.node)
+            if n.input and types.get(n.input[0]) == "tensor(float)"}
 
 
 def _groups(att: dict, n_nodes: int) -> dict[int, list[int]]:
@@ -106,12 +139,15 @@ def _metric_arrays(g, metrics: pd.DataFrame) -> dict:
 
 
 def _group_owners(names: list[str], ops: dict, anchor: dict) -> dict[int, str]:
-    """{anchor: the kernel that runs its group}: the first one that is no view or layout kernel (an input
-    Reshape ORT inserted before a Gemm comes first, lib.latency.profiling's step 0), else the first view."""
+    """{anchor: the kernel that runs its group}: its MAC kernel (a QLinearConv ORT runs channels-last comes after
+    the input Transpose it inserted), else the first one that is no view or layout kernel (an input Reshape ORT
+    inserted before a Gemm comes first, lib.latency.profiling's step 0), else the first view."""
     owner: dict[int, str] = {}
-    for skip in (VIEW_KERNELS | LAYOUT_KERNELS, LAYOUT_KERNELS):
+    for mac_only, skip in ((True, VIEW_KERNELS | LAYOUT_KERNELS), (False, VIEW_KERNELS | LAYOUT_KERNELS),
+                           (False, LAYOUT_KERNELS)):
         for k in names:
-            if anchor.get(k) is not None and ops.get(k, "") not in skip:
+            op = ops.get(k, "")
+            if anchor.get(k) is not None and op not in skip and (is_mac_kernel(op) or not mac_only):
                 owner.setdefault(anchor[k], k)
     return owner
 
@@ -136,6 +172,7 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
         per_run, shapes = [], {}
     att = attribute(g, optimized, names)
     m = _metric_arrays(g, metrics)
+    runs_float = executed_float_types(optimized) if (m["compute_dtype"] == "float16").any() else {}
     groups = _groups(att, len(g.nodes))
     owner = _group_owners(names, ops, att["anchor"])
     rows = []
@@ -152,6 +189,8 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
                    "compute_dtype": m["compute_dtype"][a], "dims": m["dims"][a], "layout": True}
         else:
             row = group_row(groups[a], op, m)
+        if row["compute_dtype"] == "float16" and k in runs_float:      # what ORT runs (module docstring)
+            row.update(compute_dtype="float", **{c: 2 * row[c] for c in FP32_BYTES})
         ts = np.array([r.get(k, 0.0) for r in per_run], dtype=float)
         ins, outs = shapes.get(k, ("", ""))
         rows.append({"kernel": k, "op": op, **row, "out_numel": _numel(row["dims"]), "in_shapes": ins,

@@ -651,7 +651,10 @@ MATMUL_INTEGER = [(T, (1, 128, 256, 256)), (T, (1, 128, 256, 1024)), (T, (1, 1, 
 QLINEAR_MATMUL = [(T, (1, 128, 256, 256)), (T, (1, 197, 768, 768)), (T, (4, 128, 256, 1024)), (H, (1, 128, 256, 1024))]
 # recurrent (costed once stage 02 knows them; skipped from the fit while their cost is unknown): (op, seq, b, in, h)
 RECURRENT = [(T, ("LSTM", 32, 1, 128, 128)), (T, ("GRU", 32, 1, 128, 128)), (T, ("LSTM", 64, 8, 256, 256)),
-             (T, ("RNN", 32, 1, 128, 128)), (H, ("LSTM", 16, 4, 256, 128)), (H, ("GRU", 64, 1, 256, 256))]
+             (T, ("RNN", 32, 1, 128, 128)), (H, ("LSTM", 16, 4, 256, 128)), (H, ("GRU", 64, 1, 256, 256)),
+             # small streaming shapes (keyword spotting, pitch, CRNN heads): few FLOPs, the per-step cost dominates
+             (T, ("LSTM", 100, 1, 40, 64)), (T, ("GRU", 50, 1, 64, 96)), (T, ("GRU", 128, 1, 32, 64)),
+             (T, ("LSTM", 25, 1, 256, 512)), (T, ("LSTM", 50, 2, 64, 32)), (T, ("GRU", 200, 1, 80, 128))]
 
 CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
     ("conv", _conv, _named(lambda n, ci, co, hw, k, s: f"Conv n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",

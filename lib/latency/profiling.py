@@ -169,8 +169,15 @@ def is_mac_kernel(op: str) -> bool:
     return op.removeprefix("Nhwc").removeprefix("Fused") in MAC_OPS
 
 
+# ORT's InsertCastTransformer runs an fp16 node without an fp16 kernel in fp32 between Casts; when it folds a
+# Cast pair away the fp32 node's output keeps the original tensor's name behind this prefix
+INSERTED_CAST = "InsertedPrecisionFreeCast_"
+
+
 def _original_tensor(name: str, outputs: list[str], g: Graph, node_index: dict[str, int]) -> tuple[str | None, bool]:
     """(original tensor a kernel produces, whether it was found exactly by output name)."""
+    name = name.removeprefix(INSERTED_CAST)
+    outputs = [o.removeprefix(INSERTED_CAST) for o in outputs]
     for o in outputs:
         if o in g.producer:
             return o, True
