@@ -148,6 +148,23 @@ def test_fp16_kernels_ort_runs_in_fp32_and_a_channels_last_qlinearconv(tmp_path)
     assert row["macs"] == 4 * 6 * 6 * 3 * 9 and not row["layout"]
 
 
+def test_rounds_of_a_training_model_merge_into_medians(tmp_path):
+    """Three real profiles of one model: each kernel's merged time, the session and the time between kernels
+    are the medians over the rounds; profile_models with rounds=3 returns one record per model."""
+    from lib.latency.training import merge_rounds, profile_models
+    host = load_host("configs/host.yaml")
+    path = tmp_path / "cra.onnx"
+    conv_relu_add(path)
+    rounds = [profile_record(path, "cra", "cnn", host, runs=3, warmup=1) for _ in range(3)]
+    merged = merge_rounds(rounds)
+    per_round = np.array([r["kernels"]["t_us"].to_numpy(float) for r in rounds])
+    assert np.array_equal(merged["kernels"]["t_us"].to_numpy(float), np.median(per_round, axis=0))
+    assert merged["session_us"] == np.median([r["session_us"] for r in rounds])
+    assert merged["between_us"] == np.median([r["between_us"] for r in rounds])
+    recs = profile_models([("cra", "cnn", path)], host, runs=2, rounds=3)
+    assert len(recs) == 1 and list(recs[0]["kernels"]["kernel"]) == list(rounds[0]["kernels"]["kernel"])
+
+
 def test_fit_predict_save_load_and_lofo(records, tmp_path):
     host = load_host("configs/host.yaml")
     model = km.KernelModel.fit(records, host, rounds=30)

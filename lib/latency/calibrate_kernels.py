@@ -106,6 +106,9 @@ def with_headroom(host: dict) -> dict:
     return {**host, "peak_flops_per_s": peaks, "bandwidth_bytes_per_s": bws}
 
 
+MODEL_ROUNDS = 3       # training models profiled in 3 interleaved rounds, medians kept (lib/latency/training.py)
+
+
 def training_records(host: dict, quick: bool, threads: int, runs: int) -> list[dict]:
     d = REPO / "models" / "train"
     built = []
@@ -117,8 +120,10 @@ def training_records(host: dict, quick: bool, threads: int, runs: int) -> list[d
             print(f"  note: training model {name} not built ({type(e).__name__}: {str(e)[:120]})", flush=True)
         prog.update(k + 1, f"built {name}")
     prog.done(f"{len(built)} built")
-    prog = Progress("profiling training models", total=len(built))
-    recs = profile_models(built, host, runs=runs, threads=threads, progress=lambda k, n, s: prog.update(k, s))
+    rounds = 1 if quick else MODEL_ROUNDS
+    prog = Progress("profiling training models", total=rounds * len(built))
+    recs = profile_models(built, host, runs=runs, threads=threads, rounds=rounds,
+                          progress=lambda k, n, s: prog.update(k, s))
     prog.done(f"{len(recs)} profiled")
     return recs
 

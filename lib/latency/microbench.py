@@ -419,6 +419,13 @@ def _matmul_integer(b: Builder, p: str, bt, m, k, n):
     b.out(*b.node("Mul", [c[0], sc[0]], f"{p}_m"))
 
 
+def _conv_transpose(b: Builder, p: str, n, cin, cout, hw, k, s):
+    """A decoder's upsampling ConvTranspose (U-Net, segmentation heads): stride s, kernel k, output hw x s."""
+    x = b.inp(f"{p}_x", [n, cin, hw, hw])
+    w = b.wrand(f"{p}_w", [cin, cout, k, k], scale=1.0 / math.sqrt(cin * k * k))
+    b.out(*b.node("ConvTranspose", [x, w, b.wrand(f"{p}_b", [cout])], p, strides=[s, s], kernel_shape=[k, k]))
+
+
 def _qlinear_conv(b: Builder, p: str, n, cin, cout, hw, k, s):
     x = b.inp(f"{p}_x", [n, cin, hw, hw], np.uint8, high=255)
     f = lambda nm, v, dt: b.w(f"{p}_{nm}", np.array(v, dt))  # noqa: E731
@@ -649,6 +656,9 @@ QLINEAR_CONV = [(T, (1, 64, 64, 56, 3, 1)), (T, (1, 256, 256, 14, 3, 1)), (T, (1
 MATMUL_INTEGER = [(T, (1, 128, 256, 256)), (T, (1, 128, 256, 1024)), (T, (1, 1, 512, 1000)), (T, (1, 197, 768, 3072)),
                   (T, (8, 128, 256, 256)), (H, (1, 128, 1024, 256)), (H, (1, 64, 768, 768))]
 QLINEAR_MATMUL = [(T, (1, 128, 256, 256)), (T, (1, 197, 768, 768)), (T, (4, 128, 256, 1024)), (H, (1, 128, 256, 1024))]
+# (n, cin, cout, hw in, k, stride)
+CONV_TRANSPOSE = [(T, (1, 64, 32, 32, 2, 2)), (T, (1, 32, 16, 64, 2, 2)), (T, (1, 128, 64, 16, 4, 2)),
+                  (T, (1, 256, 128, 8, 2, 2)), (H, (1, 16, 8, 128, 3, 2))]
 # recurrent (costed once stage 02 knows them; skipped from the fit while their cost is unknown): (op, seq, b, in, h)
 RECURRENT = [(T, ("LSTM", 32, 1, 128, 128)), (T, ("GRU", 32, 1, 128, 128)), (T, ("LSTM", 64, 8, 256, 256)),
              (T, ("RNN", 32, 1, 128, 128)), (H, ("LSTM", 16, 4, 256, 128)), (H, ("GRU", 64, 1, 256, 256)),
@@ -699,6 +709,8 @@ CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
                                             MATMUL_INTEGER)),
     ("matmul_int8", _qlinear_matmul, _named(lambda bt, m, k, n: f"QLinearMatMul {bt}x{m}x{k} . {k}x{n}",
                                             QLINEAR_MATMUL)),
+    ("conv", _conv_transpose, _named(lambda n, ci, co, hw, k, s: f"ConvTranspose n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
+                                     CONV_TRANSPOSE)),
     ("recurrent", _recurrent, _named(lambda op, seq, bt, i, h: f"{op} seq{seq} b{bt} in{i} h{h}", RECURRENT)),
 ]
 

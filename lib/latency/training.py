@@ -62,20 +62,42 @@ def between_kernels_us(prof: dict, q: float = 50.0) -> float:
 
 
 def profile_models(models: list[tuple[str, str, Path]], host: dict, *, runs: int = 10, threads: int = 0,
-                   progress=None) -> list[dict]:
-    """[(name, family, path)] -> records; a model ORT or the analysis cannot take is skipped with a note."""
-    out = []
-    for k, (name, family, path) in enumerate(models):
-        t0 = time.perf_counter()
-        try:
-            out.append(profile_record(path, name, family, host, runs=runs, threads=threads))
-        except StageError as e:
-            print(f"  note: {name} skipped: {e}", flush=True)
-            continue
-        if progress is not None:
-            progress(k + 1, len(models), f"{name}: {len(out[-1]['kernels'])} kernels, "
-                                         f"{out[-1]['session_us'] / 1e3:.2f} ms, {time.perf_counter() - t0:.1f} s")
-    return out
+                   rounds: int = 1, progress=None) -> list[dict]:
+    """[(name, family, path)] -> records; a model ORT or the analysis cannot take is skipped with a note.
+    rounds: every model profiled this many times, the models in turn, and its rounds merged (merge_rounds): a
+    shared machine's speed drifts by tens of percent within minutes, and one slow spell then lands on no model
+    whole."""
+    done: dict[str, list[dict]] = {}
+    skipped: set[str] = set()
+    for rnd in range(rounds):
+        for k, (name, family, path) in enumerate(models):
+            if name in skipped:
+                continue
+            t0 = time.perf_counter()
+            try:
+                done.setdefault(name, []).append(profile_record(path, name, family, host, runs=runs, threads=threads))
+            except StageError as e:
+                print(f"  note: {name} skipped: {e}", flush=True)
+                skipped.add(name)
+                done.pop(name, None)
+                continue
+            if progress is not None:
+                progress(rnd * len(models) + k + 1, rounds * len(models),
+                         f"round {rnd + 1}/{rounds}, {name}: {len(done[name][-1]['kernels'])} kernels, "
+                         f"{done[name][-1]['session_us'] / 1e3:.2f} ms, {time.perf_counter() - t0:.1f} s")
+    return [merge_rounds(r) for r in done.values()]
+
+
+def merge_rounds(recs: list[dict]) -> dict:
+    """One record from a model's rounds: each kernel's time, the session and the time between kernels are the
+    medians over the rounds (the rounds' kernel tables are the same kernels: one model, one optimized graph)."""
+    if len(recs) == 1:
+        return recs[0]
+    kt = recs[0]["kernels"].copy()
+    times = np.array([r["kernels"].set_index("kernel")["t_us"].reindex(kt["kernel"]).to_numpy(float) for r in recs])
+    kt["t_us"] = np.nanmedian(times, axis=0)
+    return {**recs[0], "kernels": kt, "session_us": float(np.median([r["session_us"] for r in recs])),
+            "between_us": float(np.median([r["between_us"] for r in recs]))}
 
 
 def micro_records(case_list, host: dict, *, runs: int = 8, threads: int = 0) -> list[dict]:
