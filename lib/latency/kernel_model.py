@@ -33,7 +33,7 @@ from lib.errors import StageError
 from lib.host import per_dtype
 
 # not the fused pattern: its strings are model-specific (Conv+Sigmoid, MatMul+Add+Mod+Add), an unseen one falls on an
-# arbitrary side of every categorical split (leave-one-family-out: 57% of models within 10% with it, 67% without)
+# arbitrary side of every categorical split (held out by family, such models were predicted tens of percent off)
 CATEGORICAL = ["op", "compute_dtype", "mem_level"]
 NUMERIC = ["log_flops", "log_bytes", "log_weight", "log_numel", "log_ai", "log_bound", "n_nodes", "rank",
            "d1", "d2", "d3", "d4", "layout", "threads", "level", "micro"]
