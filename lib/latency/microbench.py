@@ -306,6 +306,21 @@ def _instnorm(b: Builder, p: str, n, c, hw):
     b.out(*b.node("InstanceNormalization", [x, b.wrand(f"{p}_s", [c]), b.wrand(f"{p}_b", [c])], p))
 
 
+def _lrn(b: Builder, p: str, n, c, hw):
+    """Local response normalization across 5 channels (AlexNet, GoogLeNet, ZFNet, Caffe-era CNNs)."""
+    b.out(*b.node("LRN", [b.inp(f"{p}_x", [n, c, hw, hw])], p, size=5, alpha=1e-4, beta=0.75, bias=1.0))
+
+
+def _grouped_relu(b: Builder, p: str, n, cin, cout, hw, k, s, g):
+    """A grouped Conv -> Relu (ShuffleNet's 1x1 group convs): ORT runs it as an NCHWc Conv when the channels per
+    group are a multiple of its block (240 / 3), else as a FusedConv (120 / 3)."""
+    x = b.inp(f"{p}_x", [n, cin, hw, hw])
+    w = b.wrand(f"{p}_w", [cout, cin // g, k, k], scale=1.0 / math.sqrt(cin // g * k * k))
+    y = b.node("Conv", [x, w, b.wrand(f"{p}_b", [cout])], p, pads=[k // 2] * 4, strides=[s, s], group=g,
+               kernel_shape=[k, k])[0]
+    b.out(*b.node("Relu", [y], f"{p}_r"))
+
+
 def _softmax(b: Builder, p: str, shape):
     b.out(*b.node("Softmax", [b.inp(f"{p}_x", shape)], p, axis=-1))
 
@@ -583,6 +598,11 @@ BATCHNORM = [(T, (1, 64, 112)), (T, (1, 256, 14)), (T, (8, 64, 56)), (H, (1, 128
 LAYERNORM = [(T, [1, 128, 256]), (T, [1, 197, 768]), (T, [64, 49, 96]), (T, [16, 128, 256]), (T, [1, 3136, 96]),
              (T, [1, 8, 64]), (T, [16, 128, 1024]), (H, [1, 128, 768]), (H, [4, 128, 256]), (H, [16, 49, 384]),
              (H, [1, 784, 192])]
+LRN = [(T, (1, 64, 56)), (T, (1, 192, 28)), (T, (1, 96, 55)), (T, (1, 256, 27)), (H, (1, 64, 112))]
+# (n, cin, cout, hw, k, s, groups)
+GROUPED_RELU = [(T, (1, 240, 240, 28, 1, 1, 3)), (T, (1, 480, 480, 14, 1, 1, 3)), (T, (1, 120, 120, 56, 1, 1, 3)),
+                (T, (1, 960, 960, 7, 1, 1, 3)), (T, (1, 64, 64, 56, 3, 1, 4)), (T, (1, 136, 136, 28, 1, 1, 4)),
+                (T, (1, 60, 60, 56, 1, 1, 3)), (T, (1, 544, 544, 14, 1, 1, 4)), (H, (1, 272, 272, 28, 1, 1, 4))]
 INSTNORM = [(T, (1, 64, 56)), (T, (1, 256, 28)), (H, (1, 128, 32))]
 SOFTMAX = [(T, [1, 4, 128, 128]), (T, [1, 12, 197, 197]), (T, [64, 3, 49, 49]), (T, [8, 4, 128, 128]),
            (T, [1, 1000]), (T, [1, 4, 16, 16]), (T, [16, 4, 128, 128]), (H, [1, 6, 256, 256]),
@@ -694,6 +714,9 @@ CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
     ("pool", _pool, _named(lambda op, n, c, hw, *_: f"{op} n{n} c{c} {hw}x{hw}", POOL)),
     ("norm", _batchnorm, _named(lambda n, c, hw: f"BatchNormalization n{n} c{c} {hw}x{hw}", BATCHNORM)),
     ("norm", _layernorm, _named(lambda sh: f"LayerNormalization {_dims(sh)}", [(s, (sh,)) for s, sh in LAYERNORM])),
+    ("norm", _lrn, _named(lambda n, c, hw: f"LRN n{n} c{c} {hw}x{hw}", LRN)),
+    ("conv_grouped", _grouped_relu, _named(lambda n, ci, co, hw, k, s, g: f"Conv g{g}+Relu n{n} {ci}->{co} {hw}x{hw} "
+                                                                          f"k{k} s{s}", GROUPED_RELU)),
     ("norm", _instnorm, _named(lambda n, c, hw: f"InstanceNormalization n{n} c{c} {hw}x{hw}", INSTNORM)),
     ("softmax", _softmax, _named(lambda sh: f"Softmax {_dims(sh)}", [(s, (sh,)) for s, sh in SOFTMAX])),
     ("reduce", _reduce, _named(lambda op, sh: f"{op} {_dims(sh)}", REDUCE)),
