@@ -6,8 +6,9 @@ downloaded), so that every kind of kernel a real model runs is seen in real surr
 Families (leave-one-family-out holds a whole family out): cnn_standard, cnn_depthwise, vit, hf_encoder,
 hf_decoder, quant_qdq (ORT quantize_static, QDQ), quant_dynamic (quantize_dynamic), fp16 (onnxconverter-common,
 keep_io_types), recurrent (LSTM/GRU, a CRNN), segmentation, detection (a small one-stage head), nhwc (keras-style:
-NHWC input, transposes around the convolutions as tf2onnx emits). Exports use TorchScript's exporter (fast, and
-what many public models were made with) with static shapes, so that stages 01/02 need no shape arguments.
+NHWC input, transposes around the convolutions as tf2onnx emits); <model>_b<N> is a model at batch N. Exports
+use TorchScript's exporter (fast, and what many public models were made with) with static shapes, so that stages
+01/02 need no shape arguments.
 """
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ import numpy as np
 from lib.onnx.export_models import calibrate_batchnorm
 
 FAMILIES = {
-    "cnn_standard": ["resnet18", "googlenet", "densenet121_128", "resnet34_160"],
-    "cnn_depthwise": ["mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "mnasnet0_5"],
+    "cnn_standard": ["resnet18", "googlenet", "densenet121_128", "resnet34_160", "resnet18_b4"],
+    "cnn_depthwise": ["mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "mnasnet0_5", "mobilenet_v2_b4"],
     "vit": ["vit_tiny", "vit_tiny_p32", "swin_tiny_small"],
-    "hf_encoder": ["bert_small", "distilbert_small", "bert_small_s64"],
+    "hf_encoder": ["bert_small", "distilbert_small", "bert_small_s64", "bert_small_b4"],
     "hf_decoder": ["gpt2_small", "gpt2_s64"],
     "quant_qdq": ["resnet18_qdq", "mobilenet_v2_qdq"],
     "quant_dynamic": ["bert_small_dyn", "gpt2_small_dyn"],
@@ -218,6 +219,13 @@ def _transform(src: Path, dst: Path, how: str) -> Path:
     return dst
 
 
+def _batch(name: str) -> tuple[str, int]:
+    """(model, batch) of a name: <model>_b<batch> is the model at that batch (the batch sweeps' kernels are
+    seen in real surroundings too), else batch 1."""
+    base, _, b = name.rpartition("_b")
+    return (base, int(b)) if base and b.isdigit() else (name, 1)
+
+
 def build(name: str, out_dir: str | Path) -> Path:
     """The model `name` as out_dir/<name>.onnx, built unless it exists."""
     import torch
@@ -228,15 +236,16 @@ def build(name: str, out_dir: str | Path) -> Path:
     if name in SPECS:
         src, how = SPECS[name]
         return _transform(build(src, out_dir), out, how)
+    name, batch = _batch(name)
     if name.startswith(("bert", "distil", "gpt2")):
         model, args = _hf(name)
-        return _export(model, args, out, ["input_ids", "attention_mask"])
+        return _export(model, tuple(a.repeat(batch, 1) for a in args), out, ["input_ids", "attention_mask"])
     if name in ("lstm2", "gru2", "crnn", "unet_small", "yolo_tiny", "keras_cnn", "keras_mbv2"):
         model, args = _custom(name)
         return _export(model, args, out, ["input"])
     model, size = _vision(name)
     calibrate_batchnorm(model, size)
-    return _export(model, (torch.randn(1, 3, size, size),), out, ["input"])
+    return _export(model, (torch.randn(batch, 3, size, size),), out, ["input"])
 
 
 def names(quick: bool = False) -> list[str]:
