@@ -18,6 +18,7 @@ import onnx
 import pandas as pd
 
 from lib.analysis.roofline import merge, roofline
+from lib.artifacts import CONFIGS
 from lib.errors import StageError
 from lib.latency.kernels import kernel_table
 from lib.latency.microbench import _build, _fix_inputs, _graph_and_feeds_of_path, _graph_of
@@ -36,7 +37,7 @@ def profile_record(path: str | Path, name: str, family: str, host: dict, *, runs
                    threads: int = 0, graph=None, feeds=None, session: bool = True) -> dict:
     """One model (or micro graph) profiled: its training record (see the module docstring)."""
     if graph is None:
-        graph, feeds = _graph_and_feeds_of_path(path)
+        graph, feeds = _graph_and_feeds_of_path(path, None, str(CONFIGS / "workload.yaml"))    # as stage 01
     metrics = node_metrics(graph)
     with tempfile.TemporaryDirectory(prefix="ktrain_") as tmp:
         prof = profile_model(str(path), feeds, runs=runs, warmup=warmup, threads=threads, progress=False,

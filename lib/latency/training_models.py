@@ -8,7 +8,8 @@ hf_decoder, quant_qdq (ORT quantize_static, QDQ), quant_dynamic (quantize_dynami
 keep_io_types), recurrent (LSTM/GRU, a CRNN), segmentation, detection (a small one-stage head), nhwc (keras-style:
 NHWC input, transposes around the convolutions as tf2onnx emits); <model>_b<N> is a model at batch N. Exports
 use TorchScript's exporter (fast, and what many public models were made with) with static shapes, so that stages
-01/02 need no shape arguments.
+01/02 need no shape arguments; bert_dynamo_h384 uses the dynamo exporter with dynamic batch and sequence axes, as
+`python -m lib.onnx.export_models hf-bert` writes it (its shape arithmetic runs as int64 kernels).
 """
 from __future__ import annotations
 
@@ -20,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from lib.onnx.export_models import calibrate_batchnorm
+from lib.onnx.export_models import calibrate_batchnorm, export_hf
 
 FAMILIES = {
     "cnn_standard": ["resnet18", "googlenet", "densenet121_128", "resnet34_160", "resnet18_b4"],
     "cnn_depthwise": ["mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "mnasnet0_5", "mobilenet_v2_b4"],
     "vit": ["vit_tiny", "vit_tiny_p32", "swin_tiny_small"],
-    "hf_encoder": ["bert_small", "distilbert_small", "bert_small_s64", "bert_small_b4"],
+    "hf_encoder": ["bert_small", "distilbert_small", "bert_small_s64", "bert_small_b4", "bert_dynamo_h384"],
     "hf_decoder": ["gpt2_small", "gpt2_s64"],
     "quant_qdq": ["resnet18_qdq", "mobilenet_v2_qdq"],
     "quant_dynamic": ["bert_small_dyn", "gpt2_small_dyn"],
@@ -237,6 +238,8 @@ def build(name: str, out_dir: str | Path) -> Path:
         src, how = SPECS[name]
         return _transform(build(src, out_dir), out, how)
     name, batch = _batch(name)
+    if name == "bert_dynamo_h384":      # the dynamo exporter, dynamic axes: shape arithmetic runs as int64 kernels
+        return export_hf("bert", out, hidden=384, layers=3, heads=6)
     if name.startswith(("bert", "distil", "gpt2")):
         model, args = _hf(name)
         return _export(model, tuple(a.repeat(batch, 1) for a in args), out, ["input_ids", "attention_mask"])
