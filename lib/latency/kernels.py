@@ -183,12 +183,14 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
                    "act_in_bytes": 0.0, "act_out_bytes": 0.0, "bytes": 0.0, "compute_dtype": "float", "dims": "",
                    "layout": op in LAYOUT_KERNELS}
         elif owner.get(a) != k:    # a second kernel on a group: a view, a layout or a copy of its output
-            nb = 0.0 if op in VIEW_KERNELS else float(np.nan_to_num(m["act_out"][a]))   # a view moves no data
+            # a view moves no data; ReorderInput reorders the group's input, the others its output
+            nb = 0.0 if op in VIEW_KERNELS else float(np.nan_to_num(m["act_in" if op == "ReorderInput" else "act_out"][a]))
             row = {"pattern": op, "node": m["node"][a], "nodes": "", "n_nodes": 0, "flops": 0.0, "macs": 0.0,
                    "weight_bytes": 0.0, "act_in_bytes": nb, "act_out_bytes": nb, "bytes": 2 * nb,
                    "compute_dtype": m["compute_dtype"][a], "dims": m["dims"][a], "layout": True}
         else:
             row = group_row(groups[a], op, m)
+            row["bytes"] = 0.0 if op in VIEW_KERNELS else row["bytes"]     # ORT's Reshape kernel is a view
         if row["compute_dtype"] == "float16" and k in runs_float:      # what ORT runs (module docstring)
             row.update(compute_dtype="float", **{c: 2 * row[c] for c in FP32_BYTES})
         ts = np.array([r.get(k, 0.0) for r in per_run], dtype=float)
