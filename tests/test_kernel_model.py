@@ -235,3 +235,20 @@ def test_03_warns_when_a_node_beats_its_bound(tmp_path):
     assert meta["roofline_contradictions"]["nodes"] >= 1
     assert meta["roofline_contradictions"]["worst"][0]["node"] == "conv"
     assert {"predicted_latency_us", "baseline_latency_us", "interval_us"} <= set(meta["prediction"])
+
+
+def test_one_fast_kernel_does_not_raise_the_host_figures():
+    """raise_to_observed takes what two kernels reached: a single fluke (one kernel measured at a third of its
+    time) leaves the bandwidth as swept; two kernels at the same rate raise it to that rate."""
+    from lib.latency.calibrate_kernels import raise_to_observed
+    host = {**HOST, "peak_flops_per_s": dict(HOST["peak_flops_per_s"]), "bandwidth_bytes_per_s": dict(HOST["bandwidth_bytes_per_s"])}
+
+    def records(times):     # 4 MiB kernels (L3: over L2's 1 MiB) moving their bytes in t_us - 1 us each
+        kt = pd.DataFrame({"t_us": [t - 1.0 for t in times], "flops": 0.0, "bytes": float(4 << 20),
+                           "compute_dtype": "float"})
+        return [{"kernels": kt}]
+    _, raised = raise_to_observed(host, records([400.0, 40.0]))       # 10.5 GB/s and one fluke at 105 GB/s
+    assert "bandwidth.L3" not in raised
+    out, raised = raise_to_observed(host, records([40.0, 40.0, 400.0]))
+    assert raised["bandwidth.L3"][1] == pytest.approx((4 << 20) / 40e-6)
+    assert out["bandwidth_bytes_per_s"]["L2"] >= out["bandwidth_bytes_per_s"]["L3"]     # a nearer level is never slower
