@@ -67,7 +67,8 @@ def main():
     entries = {e["name"]: e for e in json.loads(MANIFEST.read_text())["models"]} if MANIFEST.exists() else {}
     missing = [m for m in a.models if m not in entries]
     if missing:
-        sys.exit(f"error: not in {MANIFEST}: {', '.join(missing)} (build them: python -m bench.corpus --build --only NAME)")
+        sys.exit(f"error: not in {MANIFEST}: {', '.join(missing)} "
+                 f"(build them: python -m bench.corpus --build --only NAME)")
     host, model = load_host(REPO / "configs" / "host.yaml"), km.load_kernel_model(LATENCY_MODEL)
     if model is None:
         sys.exit(f"error: no kernel model in {LATENCY_MODEL}: run make calibrate first")

@@ -241,7 +241,8 @@ def test_one_fast_kernel_does_not_raise_the_host_figures():
     """raise_to_observed takes what two kernels reached: a single fluke (one kernel measured at a third of its
     time) leaves the bandwidth as swept; two kernels at the same rate raise it to that rate."""
     from lib.latency.calibrate_kernels import raise_to_observed
-    host = {**HOST, "peak_flops_per_s": dict(HOST["peak_flops_per_s"]), "bandwidth_bytes_per_s": dict(HOST["bandwidth_bytes_per_s"])}
+    host = {**HOST, "peak_flops_per_s": dict(HOST["peak_flops_per_s"]),
+            "bandwidth_bytes_per_s": dict(HOST["bandwidth_bytes_per_s"])}
 
     def records(times):     # 4 MiB kernels (L3: over L2's 1 MiB) moving their bytes in t_us - 1 us each
         kt = pd.DataFrame({"t_us": [t - 1.0 for t in times], "flops": 0.0, "bytes": float(4 << 20),

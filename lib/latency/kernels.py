@@ -88,7 +88,8 @@ def executed_float_types(optimized: onnx.ModelProto | None) -> dict[str, str]:
     except Exception:  # noqa: BLE001 - an optimized graph this ORT cannot reload (another host's NCHWc ops)
         return {}
     types.update({t.name: "tensor(float)" for t in m.graph.initializer if t.data_type == onnx.TensorProto.FLOAT})
-    types.update({i.name: "tensor(float)" for i in m.graph.input if i.type.tensor_type.elem_type == onnx.TensorProto.FLOAT})
+    types.update({i.name: "tensor(float)" for i in m.graph.input
+                  if i.type.tensor_type.elem_type == onnx.TensorProto.FLOAT})
     names, _ = optimized_kernels(optimized)
     return {k: "float" for k, n in zip(names, optimized.graph.node)
             if n.input and types.get(n.input[0]) == "tensor(float)"}
@@ -184,7 +185,8 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
                    "layout": op in LAYOUT_KERNELS}
         elif owner.get(a) != k:    # a second kernel on a group: a view, a layout or a copy of its output
             # a view moves no data; ReorderInput reorders the group's input, the others its output
-            nb = 0.0 if op in VIEW_KERNELS else float(np.nan_to_num(m["act_in" if op == "ReorderInput" else "act_out"][a]))
+            side = "act_in" if op == "ReorderInput" else "act_out"
+            nb = 0.0 if op in VIEW_KERNELS else float(np.nan_to_num(m[side][a]))
             row = {"pattern": op, "node": m["node"][a], "nodes": "", "n_nodes": 0, "flops": 0.0, "macs": 0.0,
                    "weight_bytes": 0.0, "act_in_bytes": nb, "act_out_bytes": nb, "bytes": 2 * nb,
                    "compute_dtype": m["compute_dtype"][a], "dims": m["dims"][a], "layout": True}
