@@ -533,3 +533,23 @@ def test_beyond_and_overlay_on_a_non_prefix_optimum(tmp_path):
     want = {("DAG optimum" if k == "dag" else f"b{k}"): bandwidth_text(v) for k, v in summ["bandwidth_crossover"].items()}
     assert shown == want and any(v is not None for v in summ["bandwidth_crossover"].values())
     assert sec["dag"]["rows"][0][6] == "no" and sec["pipeline"] is None
+
+
+def test_static_roofline_draws_one_memory_roof_per_level():
+    """Stage 06's roofline.png: with per-level bandwidths in the host file, one memory roof per level, labelled
+    with its size and bandwidth, at bandwidth x intensity up to the peak; a host with one level draws none."""
+    from lib.report.plots import roofline_plot
+    host = {"peak_flops_per_s": {"default": 2e11, "float": 2e11}, "mem_bw_bytes_per_s": 2e10,
+            "caches_bytes": {"L1": 32768, "L2": 1 << 20, "L3": 32 << 20},
+            "bandwidth_bytes_per_s": {"L1": 2e11, "L2": 1e11, "L3": 5e10, "DRAM": 2e10}}
+    prof = pd.DataFrame({"achieved_gflops": [50.0], "ai_flop_per_byte": [4.0], "dtype": ["float"],
+                         "op_class": ["conv"], "pct_latency": [100.0]})
+    ax = roofline_plot(prof, host, "t").axes[0]
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    assert [k for k in lines if k[:2] in ("L1", "L2", "L3", "DR")] == [
+        "L1 (32 KiB): 200 GB/s", "L2 (1 MiB): 100 GB/s", "L3 (32 MiB): 50 GB/s", "DRAM: 20 GB/s"]
+    x, y = lines["L2 (1 MiB): 100 GB/s"].get_data()
+    i = int(np.argmin(np.abs(x - 1.0)))
+    assert y[i] == pytest.approx(100 * x[i]) and y.max() == pytest.approx(200.0)   # 100 GB/s x AI, up to 200 GFLOP/s
+    plain = {k: v for k, v in host.items() if k not in ("caches_bytes", "bandwidth_bytes_per_s")}
+    assert not [ln for ln in roofline_plot(prof, plain, "t").axes[0].get_lines() if ln.get_label().startswith("DRAM")]

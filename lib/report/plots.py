@@ -11,6 +11,7 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from lib.analysis.roofline import levels  # noqa: E402
 from lib.artifacts import atomic_path  # noqa: E402
 from lib.host import per_dtype  # noqa: E402
 
@@ -41,6 +42,7 @@ def roofline_plot(prof: pd.DataFrame, host: dict, title: str):
         peak = per_dtype(host["peak_flops_per_s"], d)
         ax.plot(ai, np.minimum(peak, bw * ai) / 1e9, "k-" if d in ("float", "default") else "k--", lw=1.2,
                 label=f"roof {d}: {peak / 1e9:.0f} GFLOP/s, {bw / 1e9:.1f} GB/s")
+    _level_roofs(ax, ai, host, max(per_dtype(host["peak_flops_per_s"], d) for d in dtypes))
     classes = sorted(set(df["op_class"]))
     col = _colors(classes)
     for c in classes:
@@ -55,6 +57,18 @@ def roofline_plot(prof: pd.DataFrame, host: dict, title: str):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return fig
+
+
+def _level_roofs(ax, ai: np.ndarray, host: dict, peak: float) -> None:
+    """One grey memory roof per cache level of the host file (make calibrate's working-set sweep), up to the top
+    peak: a node's bound uses the level its working set fits in (stage 03's mem_level). None with one level."""
+    names, size, bw = levels(host)
+    if len(names) < 2:
+        return
+    for k, (lv, sz, b) in enumerate(zip(names, size, bw)):
+        where = "" if not np.isfinite(sz) else f" ({sz / 2 ** 20:g} MiB)" if sz >= 2 ** 20 else f" ({sz / 1024:g} KiB)"
+        ax.plot(ai, np.minimum(peak, b * ai) / 1e9, color=str(0.35 + 0.15 * k), ls=":", lw=1.0,
+                label=f"{lv}{where}: {b / 1e9:.0f} GB/s")
 
 
 def _class_axes(classes, title: str, xlabel: str):
