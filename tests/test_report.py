@@ -553,3 +553,6 @@ def test_static_roofline_draws_one_memory_roof_per_level():
     assert y[i] == pytest.approx(100 * x[i]) and y.max() == pytest.approx(200.0)   # 100 GB/s x AI, up to 200 GFLOP/s
     plain = {k: v for k, v in host.items() if k not in ("caches_bytes", "bandwidth_bytes_per_s")}
     assert not [ln for ln in roofline_plot(prof, plain, "t").axes[0].get_lines() if ln.get_label().startswith("DRAM")]
+    from lib.report.page import level_bandwidths      # the summary's host row says the same levels
+    assert level_bandwidths(host) == "; per level (the roofline's bound): L1 200 GB/s, L2 100 GB/s, L3 50 GB/s, DRAM 20 GB/s"
+    assert level_bandwidths(plain) == ""

@@ -79,6 +79,13 @@ class Artifacts:
 
 # ---------------------------------------------------------------- summary
 
+def level_bandwidths(host: dict) -> str:
+    """'; per level (the roofline's bound): L1 288 GB/s, ..., DRAM 46 GB/s' when the host file has them."""
+    names, _, bw = levels(host)
+    return "" if len(names) < 2 else "; per level (the roofline's bound): " + ", ".join(
+        f"{lv} {si(b, 'B/s')}" for lv, b in zip(names, bw))
+
+
 def summary_section(art: Artifacts) -> dict:
     m = art.meta("metrics_meta.json")
     prof_meta, merge = art.meta("profile_meta.json"), art.meta("merge_meta.json")
@@ -112,7 +119,7 @@ def summary_section(art: Artifacts) -> dict:
     rows.append(["host", f"{host.get('name', 'n/a')}; {plat}"])
     if host:
         rows.append(["host model (configs/host.yaml)", f"peak {si(host['peak_flops_per_s'].get('float', host['peak_flops_per_s']['default']), 'FLOP/s')} "
-                     f"fp32, memory {si(host['mem_bw_bytes_per_s'], 'B/s')}"])
+                     f"fp32, memory {si(host['mem_bw_bytes_per_s'], 'B/s')}" + level_bandwidths(host)])
     return {"ok": True, "table": table(["", ""], rows)}
 
 
