@@ -74,6 +74,12 @@ class Printed:
             print(f"recorded in bench/RESULTS.md, section {script}")
 
 
+def refuse(message: str) -> None:
+    """Bad input to a bench script: one line on stderr, exit code 2 (as the stages do)."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def run_stage(script: str, *args, check: bool = True) -> subprocess.CompletedProcess:
     """`python SCRIPT ARGS...` in the repository, its output captured (text)."""
     return subprocess.run([sys.executable, script, *map(str, args)], cwd=REPO, check=check, capture_output=True,

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from _models import REPO, Printed, parser
+from _models import REPO, Printed, parser, refuse
 
 sys.path.insert(0, str(REPO))
 
@@ -37,14 +37,12 @@ DEFAULT = ["ppocrv4_det", "ppocrv4_rec", "ppocr_cls_mobile_v2", "ppocrv6_det_sma
 LATENCY_MODEL = REPO / "configs" / "latency_model.yaml"
 
 
-def profiled(entry: dict, host: dict, rounds: int, runs: int) -> list[dict]:
-    """The model's training-style records, one per round (its manifest inputs, shapes fixed from them)."""
+def prepared(entry: dict) -> tuple:
+    """(path, graph, feeds) of a manifest entry: its npz inputs, the graph's shapes fixed from them."""
     path = REPO / entry["path"]
     shapes = " ".join(f"{k}={'x'.join(map(str, v['shape']))}" for k, v in entry["feeds"].items())
     g, _ = _graph_and_feeds_of_path(path, [shapes] if shapes else None)
-    feeds = dict(np.load(REPO / entry["make_args"]["INPUTS"]))
-    return [profile_record(path, entry["name"], entry["class"], host, runs=runs, graph=g, feeds=feeds)
-            for _ in range(rounds)]
+    return path, g, dict(np.load(REPO / entry["make_args"]["INPUTS"]))
 
 
 def row(rec: dict, model: km.KernelModel, host: dict) -> dict:
@@ -64,19 +62,21 @@ def main():
     p.add_argument("--rounds", type=int, default=3, help="profiles per model, the models in turn (default 3)")
     p.add_argument("--runs", type=int, default=10, help="measured runs per profile (default 10, as stage 01)")
     a = p.parse_args()
+    if min(a.rounds, a.runs) < 1:
+        refuse("--rounds and --runs must be 1 or more")
     entries = {e["name"]: e for e in json.loads(MANIFEST.read_text())["models"]} if MANIFEST.exists() else {}
     missing = [m for m in a.models if m not in entries]
     if missing:
-        sys.exit(f"error: not in {MANIFEST}: {', '.join(missing)} "
-                 f"(build them: python -m bench.corpus --build --only NAME)")
+        refuse(f"not in {MANIFEST}: {', '.join(missing)} (build them: python -m bench.corpus --build --only NAME)")
     host, model = load_host(REPO / "configs" / "host.yaml"), km.load_kernel_model(LATENCY_MODEL)
     if model is None:
-        sys.exit(f"error: no kernel model in {LATENCY_MODEL}: run make calibrate first")
+        refuse(f"no kernel model in {LATENCY_MODEL}: run make calibrate first")
     t0 = time.perf_counter()
+    ready = {m: prepared(entries[m]) for m in a.models}
     rounds: dict[str, list[dict]] = {m: [] for m in a.models}
     for _ in range(a.rounds):
-        for m in a.models:
-            rounds[m] += profiled(entries[m], host, 1, a.runs)
+        for m, (path, g, feeds) in ready.items():
+            rounds[m].append(profile_record(path, m, entries[m]["class"], host, runs=a.runs, graph=g, feeds=feeds))
     rows = [row(merge_rounds(rounds[m]), model, host) for m in a.models]
     out = Printed()
     out(f"{len(rows)} trained models not in the training corpus, {a.rounds} rounds x {a.runs} runs, "

@@ -8,9 +8,7 @@ workers (a scheduler and two `dask worker --resources host_cpu=1` started from t
 Models are built into models/zoo/ with random weights (nothing downloaded); results go to results/zoo-bench-local/
 and results/zoo-bench-dask/ (each run from scratch: the folders are removed first).
 """
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +22,7 @@ from _models import Printed, parser, REPO
 
 sys.path.insert(0, str(REPO))
 from lib.onnx.export_models import export_encoder, export_hf, export_torchvision  # noqa: E402
+from lib.zoo.engines import stop_process_group  # noqa: E402
 from tests import wild_models as wm  # noqa: E402
 
 OUT = REPO / "models" / "zoo"
@@ -132,12 +131,7 @@ def start_cluster(logdir: Path) -> tuple[str, list[subprocess.Popen]]:
 
 def stop_cluster(procs: list[subprocess.Popen]) -> None:
     for p in reversed(procs):
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_process_group(p)
 
 
 def run_zoo(zoo: Path, results: Path, runs: int, *extra: str) -> tuple[float, str, str]:

@@ -182,3 +182,14 @@ def test_inputs_npz_entries_are_checked(tmp_path, good):
             rdir = tmp_path / f"res{k}"
             assert_clean_error(run_stage(stage, "--model", good, "--results", rdir, "--inputs-npz", npz), needle)
             assert not rdir.exists() or not any(rdir.iterdir())
+
+
+@pytest.mark.parametrize("script,args,needle", [
+    ("bench/batch_sweep.py", ["--models", "nope"], "unknown model(s) nope"),
+    ("bench/batch_sweep.py", ["--batches", "0"], "must be 1 or more"),
+    ("bench/predict_unseen.py", ["--models", "nope"], "nope"),
+    ("bench/predict_unseen.py", ["--rounds", "0"], "must be 1 or more"),
+])
+def test_accuracy_benches_refuse_bad_input_in_one_line(script, args, needle):
+    """issue 30's bench scripts: an unknown model or a count below 1 is one line and exit 2, before any work."""
+    assert_clean_error(run_stage(script, *args), needle)

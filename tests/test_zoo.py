@@ -20,6 +20,7 @@ from onnx import helper
 from conftest import REPO, make_model, run_stage, tensor, weight
 from lib.errors import StageError
 from lib.report.page import BROWSER_ARGS, build_index
+from lib.zoo.engines import stop_process_group
 from lib.zoo.remote import error_line
 from lib.zoo.run import plan
 from lib.zoo.spec import code_version, configs_version, entry_key, load_zoo
@@ -96,13 +97,7 @@ def start(args, log: Path) -> subprocess.Popen:
 
 
 def stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+    stop_process_group(p, timeout=10)
 
 
 def wait_for(cond, timeout: float, what: str) -> None:

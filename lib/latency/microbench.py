@@ -251,13 +251,14 @@ def _scaled_scores(b: Builder, p: str, bt, h, m, k, n):
     b.out(*b.node("MatMul", [qs, ks], p))
 
 
-def _conv_block(b: Builder, p: str, n, cin, cout, hw, k, s, act="Relu", residual=False):
+def _conv_block(b: Builder, p: str, n, cin, cout, hw, k, s, act="Relu", residual=False, group=1):
     """Conv -> [Add residual] -> activation, as in a CNN: ORT runs it as one (NCHWc) conv kernel with the
-    epilogue fused (anchored at the Conv)."""
+    epilogue fused (anchored at the Conv). A grouped one (ShuffleNet's 1x1 group convs) runs as an NCHWc Conv
+    when the channels per group are a multiple of ORT's block (240 / 3), else as a FusedConv (120 / 3)."""
     x = b.inp(f"{p}_x", [n, cin, hw, hw])
-    w = b.wrand(f"{p}_w", [cout, cin, k, k], scale=1.0 / math.sqrt(cin * k * k))
+    w = b.wrand(f"{p}_w", [cout, cin // group, k, k], scale=1.0 / math.sqrt(cin // group * k * k))
     y = b.node("Conv", [x, w, b.wrand(f"{p}_bb", [cout])], p, pads=[k // 2] * 4, strides=[s, s],
-               kernel_shape=[k, k])[0]
+               kernel_shape=[k, k], group=group)[0]
     if residual:   # the skip tensor comes from another conv, as in a ResNet block (ORT then fuses the Add)
         o = (hw + 2 * (k // 2) - k) // s + 1
         r = b.node("Conv", [b.inp(f"{p}_r", [n, 8, o, o]), b.wrand(f"{p}_rw", [cout, 8, 1, 1])], f"{p}_s")[0]
@@ -309,16 +310,6 @@ def _instnorm(b: Builder, p: str, n, c, hw):
 def _lrn(b: Builder, p: str, n, c, hw):
     """Local response normalization across 5 channels (AlexNet, GoogLeNet, ZFNet, Caffe-era CNNs)."""
     b.out(*b.node("LRN", [b.inp(f"{p}_x", [n, c, hw, hw])], p, size=5, alpha=1e-4, beta=0.75, bias=1.0))
-
-
-def _grouped_relu(b: Builder, p: str, n, cin, cout, hw, k, s, g):
-    """A grouped Conv -> Relu (ShuffleNet's 1x1 group convs): ORT runs it as an NCHWc Conv when the channels per
-    group are a multiple of its block (240 / 3), else as a FusedConv (120 / 3)."""
-    x = b.inp(f"{p}_x", [n, cin, hw, hw])
-    w = b.wrand(f"{p}_w", [cout, cin // g, k, k], scale=1.0 / math.sqrt(cin // g * k * k))
-    y = b.node("Conv", [x, w, b.wrand(f"{p}_b", [cout])], p, pads=[k // 2] * 4, strides=[s, s], group=g,
-               kernel_shape=[k, k])[0]
-    b.out(*b.node("Relu", [y], f"{p}_r"))
 
 
 def _softmax(b: Builder, p: str, shape):
@@ -599,10 +590,11 @@ LAYERNORM = [(T, [1, 128, 256]), (T, [1, 197, 768]), (T, [64, 49, 96]), (T, [16,
              (T, [1, 8, 64]), (T, [16, 128, 1024]), (H, [1, 128, 768]), (H, [4, 128, 256]), (H, [16, 49, 384]),
              (H, [1, 784, 192])]
 LRN = [(T, (1, 64, 56)), (T, (1, 192, 28)), (T, (1, 96, 55)), (T, (1, 256, 27)), (H, (1, 64, 112))]
-# (n, cin, cout, hw, k, s, groups)
-GROUPED_RELU = [(T, (1, 240, 240, 28, 1, 1, 3)), (T, (1, 480, 480, 14, 1, 1, 3)), (T, (1, 120, 120, 56, 1, 1, 3)),
-                (T, (1, 960, 960, 7, 1, 1, 3)), (T, (1, 64, 64, 56, 3, 1, 4)), (T, (1, 136, 136, 28, 1, 1, 4)),
-                (T, (1, 60, 60, 56, 1, 1, 3)), (T, (1, 544, 544, 14, 1, 1, 4)), (H, (1, 272, 272, 28, 1, 1, 4))]
+# _conv_block's (n, cin, cout, hw, k, s, act, residual, groups)
+GROUPED_RELU = [(sp, (n, c, c, hw, k, 1, "Relu", False, g)) for sp, (n, c, hw, k, g) in
+                [(T, (1, 240, 28, 1, 3)), (T, (1, 480, 14, 1, 3)), (T, (1, 120, 56, 1, 3)), (T, (1, 960, 7, 1, 3)),
+                 (T, (1, 64, 56, 3, 4)), (T, (1, 136, 28, 1, 4)), (T, (1, 60, 56, 1, 3)), (T, (1, 544, 14, 1, 4)),
+                 (H, (1, 272, 28, 1, 4))]]
 INSTNORM = [(T, (1, 64, 56)), (T, (1, 256, 28)), (H, (1, 128, 32))]
 SOFTMAX = [(T, [1, 4, 128, 128]), (T, [1, 12, 197, 197]), (T, [64, 3, 49, 49]), (T, [8, 4, 128, 128]),
            (T, [1, 1000]), (T, [1, 4, 16, 16]), (T, [16, 4, 128, 128]), (H, [1, 6, 256, 256]),
@@ -715,8 +707,8 @@ CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
     ("norm", _batchnorm, _named(lambda n, c, hw: f"BatchNormalization n{n} c{c} {hw}x{hw}", BATCHNORM)),
     ("norm", _layernorm, _named(lambda sh: f"LayerNormalization {_dims(sh)}", [(s, (sh,)) for s, sh in LAYERNORM])),
     ("norm", _lrn, _named(lambda n, c, hw: f"LRN n{n} c{c} {hw}x{hw}", LRN)),
-    ("conv_grouped", _grouped_relu, _named(lambda n, ci, co, hw, k, s, g: f"Conv g{g}+Relu n{n} {ci}->{co} {hw}x{hw} "
-                                                                          f"k{k} s{s}", GROUPED_RELU)),
+    ("conv_grouped", _conv_block, _named(lambda n, ci, co, hw, k, s, act, res, g: f"Conv g{g}+Relu n{n} {ci}->{co} "
+                                                                                  f"{hw}x{hw} k{k} s{s}", GROUPED_RELU)),
     ("norm", _instnorm, _named(lambda n, c, hw: f"InstanceNormalization n{n} c{c} {hw}x{hw}", INSTNORM)),
     ("softmax", _softmax, _named(lambda sh: f"Softmax {_dims(sh)}", [(s, (sh,)) for s, sh in SOFTMAX])),
     ("reduce", _reduce, _named(lambda op, sh: f"{op} {_dims(sh)}", REDUCE)),

@@ -69,6 +69,7 @@ def profile_models(models: list[tuple[str, str, Path]], host: dict, *, runs: int
     shared machine's speed drifts by tens of percent within minutes, and one slow spell then lands on no model
     whole."""
     done: dict[str, list[dict]] = {}
+    graphs: dict[str, tuple] = {}
     skipped: set[str] = set()
     for rnd in range(rounds):
         for k, (name, family, path) in enumerate(models):
@@ -76,7 +77,11 @@ def profile_models(models: list[tuple[str, str, Path]], host: dict, *, runs: int
                 continue
             t0 = time.perf_counter()
             try:
-                done.setdefault(name, []).append(profile_record(path, name, family, host, runs=runs, threads=threads))
+                if name not in graphs:      # inferred once, profiled every round
+                    graphs[name] = _graph_and_feeds_of_path(path, None, str(CONFIGS / "workload.yaml"))
+                g, feeds = graphs[name]
+                done.setdefault(name, []).append(profile_record(path, name, family, host, runs=runs, threads=threads,
+                                                                graph=g, feeds=feeds))
             except StageError as e:
                 print(f"  note: {name} skipped: {e}", flush=True)
                 skipped.add(name)

@@ -4,7 +4,10 @@ replace results/<stem>/ by rename). Each calls on_done(stem, record) as an entry
 {status, error, seconds, host}."""
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
@@ -17,6 +20,18 @@ from lib.errors import StageError
 from lib.zoo import remote
 
 CONNECT_TIMEOUT = "5s"
+
+
+def stop_process_group(p: subprocess.Popen, timeout: float = 20.0) -> None:
+    """Stop a process started with start_new_session=True (a Dask scheduler or worker) and its children: SIGTERM
+    to its group, SIGKILL when it has not ended after `timeout` seconds."""
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
 
 
 def _record(rc: int, error: str, seconds: float, host: str) -> dict:
