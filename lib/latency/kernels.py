@@ -116,7 +116,8 @@ def group_row(group: list[int], op: str, m: dict) -> dict:
     first, last = group[0], group[-1]
     w = float(np.nansum(m["weight_bytes"][group]))
     act_in, act_out = float(np.nan_to_num(m["act_in"][first])), float(np.nan_to_num(m["act_out"][last]))
-    own = m["kbytes"][group[0]] if len(group) == 1 else w + act_in + act_out
+    # ORT's Reshape (any view kernel) moves nothing, whatever nodes its group holds
+    own = 0.0 if op in VIEW_KERNELS else m["kbytes"][group[0]] if len(group) == 1 else w + act_in + act_out
     dt = m["compute_dtype"][a]
     shown = [p for p in group if not m["shape_op"][p]] or [a]     # shape arithmetic ORT folds away: not the pattern
     return {"pattern": "+".join(str(m["op"][p]) for p in shown), "node": m["node"][a],
@@ -192,7 +193,6 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
                    "compute_dtype": m["compute_dtype"][a], "dims": m["dims"][a], "layout": True}
         else:
             row = group_row(groups[a], op, m)
-            row["bytes"] = 0.0 if op in VIEW_KERNELS else row["bytes"]     # ORT's Reshape kernel is a view
         if row["compute_dtype"] == "float16" and k in runs_float:      # what ORT runs (module docstring)
             row.update(compute_dtype="float", **{c: 2 * row[c] for c in FP32_BYTES})
         ts = np.array([r.get(k, 0.0) for r in per_run], dtype=float)
