@@ -22,6 +22,7 @@ from lib.latency import kernel_model as km
 from lib.latency.calibrate import update_host_file
 from lib.latency.kernels import kernel_table
 from lib.latency.training import profile_record
+from lib.latency.training_models import FAMILY_OF, _batch
 from lib.onnx.loading import graph_of
 from lib.onnx.metrics import node_metrics
 
@@ -253,3 +254,12 @@ def test_one_fast_kernel_does_not_raise_the_host_figures():
     out, raised = raise_to_observed(host, records([40.0, 40.0, 400.0]))
     assert raised["bandwidth.L3"][1] == pytest.approx((4 << 20) / 40e-6)
     assert out["bandwidth_bytes_per_s"]["L2"] >= out["bandwidth_bytes_per_s"]["L3"]     # a nearer level is never slower
+
+
+def test_training_model_names_carry_a_batch_only_on_a_training_model():
+    """<model>_b<N> is a training model at batch N; efficientnet_b0 is torchvision's model, not 'efficientnet' at
+    batch 0 (that parse left it unbuilt on a fresh clone)."""
+    assert _batch("resnet18_b4") == ("resnet18", 4)
+    assert _batch("bert_small_b4") == ("bert_small", 4)
+    assert _batch("efficientnet_b0") == ("efficientnet_b0", 1)
+    assert {_batch(n)[0] for n in FAMILY_OF} <= set(FAMILY_OF)

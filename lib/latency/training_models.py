@@ -221,10 +221,11 @@ def _transform(src: Path, dst: Path, how: str) -> Path:
 
 
 def _batch(name: str) -> tuple[str, int]:
-    """(model, batch) of a name: <model>_b<batch> is the model at that batch (the batch sweeps' kernels are
-    seen in real surroundings too), else batch 1."""
+    """(model, batch) of a name: <model>_b<batch> is a training model at that batch (the batch sweeps' kernels
+    are seen in real surroundings too), else batch 1 (efficientnet_b0 is a model of its own, not efficientnet at
+    batch 0)."""
     base, _, b = name.rpartition("_b")
-    return (base, int(b)) if base and b.isdigit() else (name, 1)
+    return (base, int(b)) if b.isdigit() and base in names() else (name, 1)
 
 
 def build(name: str, out_dir: str | Path) -> Path:
