@@ -29,4 +29,8 @@ def load_host(path: str | Path) -> dict:
 
 
 def per_dtype(table: dict, dtype: str) -> float:
+    """The table's figure for a compute dtype; a uint8 kernel (ORT's u8u8) takes the int8 one where the table has
+    no uint8 of its own, any other missing dtype the default."""
+    if dtype == "uint8" and dtype not in table and "int8" in table:
+        dtype = "int8"
     return float(table.get(dtype, table["default"]))

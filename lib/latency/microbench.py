@@ -401,25 +401,30 @@ def _qdq(b: Builder, p: str, op, shape):
         b.out(*b.node(op, [x, b.w(f"{p}_s", np.array(0.05, np.float32)), b.w(f"{p}_z", np.array(128, np.uint8))], p))
 
 
-def _conv_integer(b: Builder, p: str, n, cin, cout, hw, k, s):
-    """ORT quantize_dynamic's conv: DynamicQuantizeLinear -> ConvInteger (int8 weights) -> Cast -> Mul."""
+# quantize_dynamic's weight type: ORT runs u8 x s8 and u8 x u8 as different kernels (a ConvInteger 64->64 56x56
+# with uint8 weights measured 7x faster than with int8 ones; a MatMulInteger's s8 weights were the faster)
+WEIGHT_ZERO = {"s8": np.array(0, np.int8), "u8": np.array(128, np.uint8)}
+
+
+def _conv_integer(b: Builder, p: str, n, cin, cout, hw, k, s, wt="s8"):
+    """ORT quantize_dynamic's conv: DynamicQuantizeLinear -> ConvInteger (wt: s8 or u8 weights) -> Cast -> Mul."""
     x = b.inp(f"{p}_x", [n, cin, hw, hw])
     q = b.node("DynamicQuantizeLinear", [x], f"{p}_q", n_out=3)
-    w = b.wrand(f"{p}_w", [cout, cin, k, k], np.int8)
-    y = b.node("ConvInteger", [q[0], w, q[2], b.w(f"{p}_wz", np.array(0, np.int8))], p,
+    w = b.wrand(f"{p}_w", [cout, cin, k, k], WEIGHT_ZERO[wt].dtype)
+    y = b.node("ConvInteger", [q[0], w, q[2], b.w(f"{p}_wz", WEIGHT_ZERO[wt])], p,
                pads=[k // 2] * 4, strides=[s, s], kernel_shape=[k, k])
     c = b.node("Cast", y, f"{p}_c", to=TensorProto.FLOAT)
     sc = b.node("Mul", [q[1], b.w(f"{p}_ws", np.array(0.01, np.float32))], f"{p}_s")
     b.out(*b.node("Mul", [c[0], sc[0]], f"{p}_m"))
 
 
-def _matmul_integer(b: Builder, p: str, bt, m, k, n):
-    """ORT quantize_dynamic's MatMul: DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul (ORT may fuse it
-    into DynamicQuantizeMatMul / MatMulIntegerToFloat)."""
+def _matmul_integer(b: Builder, p: str, bt, m, k, n, wt="s8"):
+    """ORT quantize_dynamic's MatMul: DynamicQuantizeLinear -> MatMulInteger (wt: s8 or u8 weights) -> Cast -> Mul
+    (ORT may fuse it into DynamicQuantizeMatMul / MatMulIntegerToFloat)."""
     x = b.inp(f"{p}_x", [bt, m, k])
     q = b.node("DynamicQuantizeLinear", [x], f"{p}_q", n_out=3)
-    w = b.wrand(f"{p}_w", [k, n], np.int8)
-    y = b.node("MatMulInteger", [q[0], w, q[2], b.w(f"{p}_wz", np.array(0, np.int8))], p)
+    w = b.wrand(f"{p}_w", [k, n], WEIGHT_ZERO[wt].dtype)
+    y = b.node("MatMulInteger", [q[0], w, q[2], b.w(f"{p}_wz", WEIGHT_ZERO[wt])], p)
     c = b.node("Cast", y, f"{p}_c", to=TensorProto.FLOAT)
     sc = b.node("Mul", [q[1], b.w(f"{p}_ws", np.array(0.01, np.float32))], f"{p}_s")
     b.out(*b.node("Mul", [c[0], sc[0]], f"{p}_m"))
@@ -662,11 +667,15 @@ QDQ = [(T, ("QuantizeLinear", [1, 64, 56, 56])), (T, ("DequantizeLinear", [1, 64
 CONV_INTEGER_T = [(1, 3, 64, 224, 7, 2), (1, 64, 64, 56, 3, 1), (1, 128, 128, 28, 3, 1), (1, 256, 256, 14, 3, 1),
                   (1, 512, 512, 7, 3, 1), (1, 64, 128, 56, 1, 2), (1, 256, 64, 56, 1, 1), (1, 32, 32, 28, 3, 1)]
 CONV_INTEGER_H = [(1, 128, 256, 28, 3, 2), (1, 96, 96, 40, 3, 1), (2, 256, 256, 14, 3, 1)]
+CONV_INTEGER_U8 = [(T, (1, 3, 64, 224, 7, 2, "u8")), (T, (1, 64, 64, 56, 3, 1, "u8")), (T, (1, 256, 256, 14, 3, 1, "u8")),
+                   (T, (1, 256, 64, 56, 1, 1, "u8")), (T, (1, 32, 32, 28, 3, 1, "u8")), (H, (1, 128, 128, 28, 3, 1, "u8"))]
 QLINEAR_CONV = [(T, (1, 64, 64, 56, 3, 1)), (T, (1, 256, 256, 14, 3, 1)), (T, (1, 64, 256, 56, 1, 1)),
                 (T, (1, 3, 64, 224, 7, 2)), (H, (1, 128, 128, 28, 3, 1)), (H, (1, 512, 128, 14, 1, 1))]
 # (b, s, k, n)
 MATMUL_INTEGER = [(T, (1, 128, 256, 256)), (T, (1, 128, 256, 1024)), (T, (1, 1, 512, 1000)), (T, (1, 197, 768, 3072)),
                   (T, (8, 128, 256, 256)), (H, (1, 128, 1024, 256)), (H, (1, 64, 768, 768))]
+MATMUL_INTEGER_U8 = [(T, (1, 128, 256, 256, "u8")), (T, (1, 197, 768, 3072, "u8")), (T, (1, 1, 512, 1000, "u8")),
+                     (H, (1, 128, 256, 1024, "u8"))]
 QLINEAR_MATMUL = [(T, (1, 128, 256, 256)), (T, (1, 197, 768, 768)), (T, (4, 128, 256, 1024)), (H, (1, 128, 256, 1024))]
 # (n, cin, cout, hw in, k, stride)
 CONV_TRANSPOSE = [(T, (1, 64, 32, 32, 2, 2)), (T, (1, 32, 16, 64, 2, 2)), (T, (1, 128, 64, 16, 4, 2)),
@@ -718,10 +727,14 @@ CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
     ("quantize", _qdq, _named(lambda op, sh: f"{op} {_dims(sh)}", QDQ)),
     ("conv_int8", _conv_integer, _named(lambda n, ci, co, hw, k, s: f"DQL+ConvInteger n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
                                         _split(CONV_INTEGER_T, CONV_INTEGER_H))),
+    ("conv_int8", _conv_integer, _named(lambda n, ci, co, hw, k, s, wt: f"DQL+ConvInteger({wt} weights) n{n} {ci}->{co} "
+                                                                       f"{hw}x{hw} k{k} s{s}", CONV_INTEGER_U8)),
     ("conv_int8", _qlinear_conv, _named(lambda n, ci, co, hw, k, s: f"QLinearConv n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
                                         QLINEAR_CONV)),
     ("matmul_int8", _matmul_integer, _named(lambda bt, m, k, n: f"DQL+MatMulInteger {bt}x{m}x{k} . {k}x{n}",
                                             MATMUL_INTEGER)),
+    ("matmul_int8", _matmul_integer, _named(lambda bt, m, k, n, wt: f"DQL+MatMulInteger({wt} weights) {bt}x{m}x{k} . "
+                                                                    f"{k}x{n}", MATMUL_INTEGER_U8)),
     ("matmul_int8", _qlinear_matmul, _named(lambda bt, m, k, n: f"QLinearMatMul {bt}x{m}x{k} . {k}x{n}",
                                             QLINEAR_MATMUL)),
     ("conv", _conv_transpose, _named(lambda n, ci, co, hw, k, s: f"ConvTranspose n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",

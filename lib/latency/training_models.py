@@ -30,7 +30,7 @@ FAMILIES = {
     "hf_encoder": ["bert_small", "distilbert_small", "bert_small_s64", "bert_small_b4", "bert_dynamo_h384"],
     "hf_decoder": ["gpt2_small", "gpt2_s64"],
     "quant_qdq": ["resnet18_qdq", "mobilenet_v2_qdq"],
-    "quant_dynamic": ["bert_small_dyn", "gpt2_small_dyn"],
+    "quant_dynamic": ["bert_small_dyn", "gpt2_small_dyn", "resnet18_dynu8"],
     "fp16": ["resnet18_fp16", "bert_small_fp16"],
     "recurrent": ["lstm2", "gru2", "crnn"],
     "segmentation": ["lraspp_mbv3", "unet_small"],
@@ -42,6 +42,7 @@ FAMILY_OF = {m: f for f, ms in FAMILIES.items() for m in ms}
 SPECS = {  # derived models: (source model, transform)
     "resnet18_qdq": ("resnet18", "qdq"), "mobilenet_v2_qdq": ("mobilenet_v2", "qdq"),
     "bert_small_dyn": ("bert_small", "dynamic"), "gpt2_small_dyn": ("gpt2_small", "dynamic"),
+    "resnet18_dynu8": ("resnet18", "dynamic_u8"),      # uint8 weights: ORT's u8u8 ConvInteger (older exports)
     "resnet18_fp16": ("resnet18", "fp16"), "bert_small_fp16": ("bert_small", "fp16"),
 }
 
@@ -201,8 +202,8 @@ def _transform(src: Path, dst: Path, how: str) -> Path:
     m = onnx.load(str(src))
     m.graph.ClearField("value_info")
     onnx.save(m, str(tmp))
-    if how == "dynamic":
-        quantize_dynamic(str(tmp), str(dst), weight_type=QuantType.QInt8)
+    if how.startswith("dynamic"):
+        quantize_dynamic(str(tmp), str(dst), weight_type=QuantType.QUInt8 if how == "dynamic_u8" else QuantType.QInt8)
     else:
         inp = m.graph.input[0]
         shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]

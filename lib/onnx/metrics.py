@@ -43,12 +43,13 @@ def _dequantized(g: Graph, t: str) -> bool:
 
 
 def compute_dtype(n, g: Graph, dtype: str, mac_dtype: str) -> str:
-    """The element type a node's kernel computes in: int8 for integer MAC ops, and for a Conv/MatMul/Gemm fed by
-    DequantizeLinear of 8-bit tensors that ORT fuses into an integer kernel (QLinearConv, QLinearMatMul: the output
-    goes to QuantizeLinear only; MatMulIntegerToFloat for a MatMul); else the node's element type (float16 where it
-    is an fp16 node)."""
+    """The element type a node's kernel computes in: for integer MAC ops their weight's 8-bit type (uint8 weights
+    run ORT's u8u8 kernels, int8 ones its u8s8 kernels: a ConvInteger measured 7x apart between the two), and int8
+    for a Conv/MatMul/Gemm fed by DequantizeLinear of 8-bit tensors that ORT fuses into an integer kernel
+    (QLinearConv, QLinearMatMul: the output goes to QuantizeLinear only; MatMulIntegerToFloat for a MatMul); else
+    the node's element type (float16 where it is an fp16 node)."""
     if n.op_type in INT_MAC_OPS or mac_dtype in INT_TYPES:
-        return "int8"
+        return mac_dtype if mac_dtype in INT_TYPES else "int8"
     if n.op_type in QDQ_FUSED and len(n.input) >= 2 and all(_dequantized(g, t) for t in n.input[:2]):
         cons = [g.op_types[c] for o in n.output for c in g.consumers.get(o, ())]
         if n.op_type == "MatMul" or (cons and all(c == "QuantizeLinear" for c in cons)):
