@@ -128,9 +128,11 @@ def test_compute_dtype_of_qdq_and_fp16(tmp_path):
 def test_integer_kernels_carry_their_weight_type(wdtype, expected):
     """quantize_dynamic's ConvInteger with uint8 weights runs ORT's u8u8 kernel, with int8 ones its u8s8 kernel
     (measured 7x apart on a 64->64 56x56 conv): two kernel types, not one."""
-    w, z = numpy_helper.from_array(np.ones((4, 3, 3, 3), wdtype), "W"), numpy_helper.from_array(np.array(0, wdtype), "wz")
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), wdtype), "W")
+    z = numpy_helper.from_array(np.array(0, wdtype), "wz")
     m = make_model([helper.make_node("ConvInteger", ["x", "W", "", "wz"], ["y"], name="ci")],
-                   [tensor("x", [1, 3, 8, 8], TensorProto.UINT8)], [tensor("y", [1, 4, 6, 6], TensorProto.INT32)], [w, z])
+                   [tensor("x", [1, 3, 8, 8], TensorProto.UINT8)], [tensor("y", [1, 4, 6, 6], TensorProto.INT32)],
+                   [w, z])
     assert node_metrics(graph_of(m)).set_index("node").loc["ci", "compute_dtype"] == expected
 
 

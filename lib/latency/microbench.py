@@ -667,8 +667,9 @@ QDQ = [(T, ("QuantizeLinear", [1, 64, 56, 56])), (T, ("DequantizeLinear", [1, 64
 CONV_INTEGER_T = [(1, 3, 64, 224, 7, 2), (1, 64, 64, 56, 3, 1), (1, 128, 128, 28, 3, 1), (1, 256, 256, 14, 3, 1),
                   (1, 512, 512, 7, 3, 1), (1, 64, 128, 56, 1, 2), (1, 256, 64, 56, 1, 1), (1, 32, 32, 28, 3, 1)]
 CONV_INTEGER_H = [(1, 128, 256, 28, 3, 2), (1, 96, 96, 40, 3, 1), (2, 256, 256, 14, 3, 1)]
-CONV_INTEGER_U8 = [(T, (1, 3, 64, 224, 7, 2, "u8")), (T, (1, 64, 64, 56, 3, 1, "u8")), (T, (1, 256, 256, 14, 3, 1, "u8")),
-                   (T, (1, 256, 64, 56, 1, 1, "u8")), (T, (1, 32, 32, 28, 3, 1, "u8")), (H, (1, 128, 128, 28, 3, 1, "u8"))]
+CONV_INTEGER_U8 = [(T, (1, 3, 64, 224, 7, 2, "u8")), (T, (1, 64, 64, 56, 3, 1, "u8")),
+                   (T, (1, 256, 256, 14, 3, 1, "u8")), (T, (1, 256, 64, 56, 1, 1, "u8")),
+                   (T, (1, 32, 32, 28, 3, 1, "u8")), (H, (1, 128, 128, 28, 3, 1, "u8"))]
 QLINEAR_CONV = [(T, (1, 64, 64, 56, 3, 1)), (T, (1, 256, 256, 14, 3, 1)), (T, (1, 64, 256, 56, 1, 1)),
                 (T, (1, 3, 64, 224, 7, 2)), (H, (1, 128, 128, 28, 3, 1)), (H, (1, 512, 128, 14, 1, 1))]
 # (b, s, k, n)
@@ -727,8 +728,9 @@ CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
     ("quantize", _qdq, _named(lambda op, sh: f"{op} {_dims(sh)}", QDQ)),
     ("conv_int8", _conv_integer, _named(lambda n, ci, co, hw, k, s: f"DQL+ConvInteger n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
                                         _split(CONV_INTEGER_T, CONV_INTEGER_H))),
-    ("conv_int8", _conv_integer, _named(lambda n, ci, co, hw, k, s, wt: f"DQL+ConvInteger({wt} weights) n{n} {ci}->{co} "
-                                                                       f"{hw}x{hw} k{k} s{s}", CONV_INTEGER_U8)),
+    ("conv_int8", _conv_integer, _named(lambda n, ci, co, hw, k, s, wt: f"DQL+ConvInteger({wt} weights) n{n} "
+                                                                       f"{ci}->{co} {hw}x{hw} k{k} s{s}",
+                                        CONV_INTEGER_U8)),
     ("conv_int8", _qlinear_conv, _named(lambda n, ci, co, hw, k, s: f"QLinearConv n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
                                         QLINEAR_CONV)),
     ("matmul_int8", _matmul_integer, _named(lambda bt, m, k, n: f"DQL+MatMulInteger {bt}x{m}x{k} . {k}x{n}",
