@@ -406,6 +406,11 @@ def _qdq(b: Builder, p: str, op, shape):
 WEIGHT_ZERO = {"s8": np.array(0, np.int8), "u8": np.array(128, np.uint8)}
 
 
+def _weights(wt: str) -> str:
+    """A case label's weight note: none for int8 weights (the labels the cases always had), '(u8 weights)'."""
+    return "" if wt == "s8" else f"({wt} weights)"
+
+
 def _conv_integer(b: Builder, p: str, n, cin, cout, hw, k, s, wt="s8"):
     """ORT quantize_dynamic's conv: DynamicQuantizeLinear -> ConvInteger (wt: s8 or u8 weights) -> Cast -> Mul."""
     x = b.inp(f"{p}_x", [n, cin, hw, hw])
@@ -726,17 +731,14 @@ CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
       for s, fn, label, *args in DATA_MOVEMENT],
     ("quantize", _dql, _named(lambda sh: f"DynamicQuantizeLinear {_dims(sh)}", [(s, (sh,)) for s, sh in DQL])),
     ("quantize", _qdq, _named(lambda op, sh: f"{op} {_dims(sh)}", QDQ)),
-    ("conv_int8", _conv_integer, _named(lambda n, ci, co, hw, k, s: f"DQL+ConvInteger n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
-                                        _split(CONV_INTEGER_T, CONV_INTEGER_H))),
-    ("conv_int8", _conv_integer, _named(lambda n, ci, co, hw, k, s, wt: f"DQL+ConvInteger({wt} weights) n{n} "
-                                                                       f"{ci}->{co} {hw}x{hw} k{k} s{s}",
-                                        CONV_INTEGER_U8)),
+    ("conv_int8", _conv_integer, _named(lambda n, ci, co, hw, k, s, wt="s8": f"DQL+ConvInteger{_weights(wt)} n{n} "
+                                                                            f"{ci}->{co} {hw}x{hw} k{k} s{s}",
+                                        _split(CONV_INTEGER_T, CONV_INTEGER_H) + CONV_INTEGER_U8)),
     ("conv_int8", _qlinear_conv, _named(lambda n, ci, co, hw, k, s: f"QLinearConv n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
                                         QLINEAR_CONV)),
-    ("matmul_int8", _matmul_integer, _named(lambda bt, m, k, n: f"DQL+MatMulInteger {bt}x{m}x{k} . {k}x{n}",
-                                            MATMUL_INTEGER)),
-    ("matmul_int8", _matmul_integer, _named(lambda bt, m, k, n, wt: f"DQL+MatMulInteger({wt} weights) {bt}x{m}x{k} . "
-                                                                    f"{k}x{n}", MATMUL_INTEGER_U8)),
+    ("matmul_int8", _matmul_integer, _named(lambda bt, m, k, n, wt="s8": f"DQL+MatMulInteger{_weights(wt)} "
+                                                                         f"{bt}x{m}x{k} . {k}x{n}",
+                                            MATMUL_INTEGER + MATMUL_INTEGER_U8)),
     ("matmul_int8", _qlinear_matmul, _named(lambda bt, m, k, n: f"QLinearMatMul {bt}x{m}x{k} . {k}x{n}",
                                             QLINEAR_MATMUL)),
     ("conv", _conv_transpose, _named(lambda n, ci, co, hw, k, s: f"ConvTranspose n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
