@@ -146,8 +146,10 @@ zoo: | $(VENV)
 	$(PY) zoo.py --zoo $(ZOO) --engine $(ENGINE) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) --jobs $(JOBS) \
 		--runs $(RUNS) --splits $(SPLITS)
 
+# the test files run side by side, one worker per core (pytest-xdist); a file stays on one worker (its fixtures,
+# its Dask ports)
 test: | $(VENV)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n auto --dist loadfile tests
 
 clean:
 	rm -rf results models
