@@ -7,8 +7,11 @@ count an unknown time as 0 and report how many nodes that was (unknown_time_node
 
 Stage 03's roofline is a cache-aware *bound* (a kernel cannot run faster than it): bytes are those the kernel
 reads and writes (kernel_node_bytes: a view or a Shape reads no data, a Gather/Slice reads what it picks);
-the node's working set (those bytes) picks the memory level it fits in (L1/L2/L3 sizes from the host file,
-else DRAM) and that level's bandwidth (measured by `make calibrate`, lib/latency/host_probe.py); the compute
+the node's working set (those bytes) names the memory level it fits in (L1/L2/L3 sizes from the host file,
+else DRAM), and its memory time lets each level serve at most its size at its bandwidth (measured by `make
+calibrate`, lib/latency/host_probe.py), the rest coming from the next (memory_time_us: continuous in the bytes,
+where charging all of them at the level's bandwidth jumps at each cache size, and a kernel of 39 MB, just past
+a 32 MB L3, ran 14% faster than all of them at DRAM's bandwidth); the compute
 peak is that of the node's compute dtype (int8 for integer and fused QDQ kernels), the best ORT's own
 kernels reach. contradictions() lists nodes with a kernel of their own measured below their bound.
 """
@@ -55,19 +58,28 @@ def levels(host: dict) -> tuple[list[str], np.ndarray, np.ndarray]:
 
 
 def memory_level(nbytes, host: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(level name, its bandwidth) per working set: the smallest level it fits in (a bound: the fastest level
-    the data can come from)."""
+    """(level name, its bandwidth) per working set: the smallest level it fits in."""
     names, size, bw = levels(host)
     nb = np.nan_to_num(np.asarray(nbytes, dtype=float), nan=0.0)
     k = np.minimum(np.searchsorted(size, nb, side="left"), len(names) - 1)
     return np.asarray(names, dtype=object)[k], bw[k]
 
 
+def memory_time_us(nbytes, host: dict) -> np.ndarray:
+    """The least time to move each working set: each level serves at most its size, at its bandwidth, nearest
+    first, and the rest comes from the next level (DRAM takes what no cache holds). NaN where bytes are."""
+    _, size, bw = levels(host)
+    nb = np.asarray(nbytes, dtype=float)
+    start = np.concatenate([[0.0], size[:-1]])
+    served = np.clip(np.nan_to_num(nb, nan=0.0)[:, None] - start, 0.0, size - start)
+    return np.where(np.isnan(nb), np.nan, (served / bw).sum(axis=1) * 1e6)
+
+
 def bound_us(flops, nbytes, peak, host: dict) -> tuple[np.ndarray, np.ndarray]:
     """(the cache-aware roofline bound in us, the memory level) of kernels or nodes."""
-    level, bw = memory_level(nbytes, host)
-    t = np.maximum(np.asarray(flops, dtype=float) / np.asarray(peak, dtype=float), np.asarray(nbytes, dtype=float) / bw)
-    return t * 1e6, level
+    level, _ = memory_level(nbytes, host)
+    t = np.maximum(np.asarray(flops, dtype=float) / np.asarray(peak, dtype=float) * 1e6, memory_time_us(nbytes, host))
+    return t, level
 
 
 def contradictions(df: pd.DataFrame, resolution_us: float = RESOLUTION_US) -> pd.DataFrame:
@@ -114,11 +126,11 @@ def roofline(df: pd.DataFrame, host: dict) -> pd.DataFrame:
     df = df.copy()
     peak = peak_per_node(df, host["peak_flops_per_s"])
     total_bytes = pd.Series(kernel_node_bytes(df), index=df.index)
-    level, bw = memory_level(total_bytes, host)
+    level, _ = memory_level(total_bytes, host)
     flops = df["flops"].astype(float)
     df["ai_flop_per_byte"] = np.where(total_bytes > 0, flops / total_bytes.replace(0, np.nan), np.nan)
     df["t_compute_us"] = flops / peak * 1e6
-    df["t_mem_us"] = total_bytes / bw * 1e6
+    df["t_mem_us"] = memory_time_us(total_bytes.to_numpy(float), host)
     df["mem_level"] = level
     df["t_roofline_us"] = np.maximum(df["t_compute_us"], df["t_mem_us"])     # NaN when either is unknown
     df["bound"] = np.where(df["t_compute_us"].isna() | df["t_mem_us"].isna(), "unknown",

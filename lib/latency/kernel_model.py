@@ -2,7 +2,7 @@
 sum plus what happens between them.
 
 Per kernel (lib/latency/kernels.py's table): bounds() gives the cache-aware roofline bound (lib/analysis/roofline.py:
-FLOPs at the compute dtype's peak, bytes at the bandwidth of the level the working set fits in). features() are
+FLOPs at the compute dtype's peak, bytes through the memory levels, each serving at most its size). features() are
 what a kernel's time depends on: its op, the number of nodes fused into it, compute dtype, dims, FLOPs, bytes,
 weight bytes, arithmetic intensity, memory level, threads. A LightGBM regressor (gradient-boosted trees, as
 nn-Meter keeps per kernel type; categorical splits on op/dtype/memory level, so one model serves all types) learns

@@ -7,7 +7,8 @@ Reorder*, copies). Each kernel is mapped onto its *group* of original nodes by s
 (lib.latency.profiling.attribute); the group's FLOPs/MACs/weight bytes are summed from stage 02's table, its
 traffic is what the fused kernel reads and writes (the first node's activations in, the last node's out, the
 group's weights), its anchor is the node whose op the kernel's op names, else the MAC-heaviest, else the first.
-A second kernel on the same group (a layout Reorder, a copy) carries no FLOPs: it moves its output's bytes twice.
+A second kernel on the same group (a layout Reorder, a copy) carries no FLOPs: it moves its own tensor twice (size
+from the original graph by name; the group's output where the name is not there).
 
 Without a profile (prediction), the kernels are the nodes of ORT's optimized graph (it saves one at session
 creation): the same table without times, so that a model's prediction never uses its own measured kernels.
@@ -95,6 +96,20 @@ def executed_float_types(optimized: onnx.ModelProto | None) -> dict[str, str]:
             if n.input and types.get(n.input[0]) == "tensor(float)"}
 
 
+def _layout_tensor_bytes(g, optimized: onnx.ModelProto | None) -> dict[str, float]:
+    """{layout kernel: bytes of the tensor it reorders or copies}: its input's, else its output's, where the
+    original graph knows that tensor's size (ORT keeps the original names of the tensors it does not fuse)."""
+    out = {}
+    names, _ = optimized_kernels(optimized) if optimized is not None else ([], {})
+    for k, n in zip(names, optimized.graph.node if optimized is not None else ()):
+        if n.op_type in LAYOUT_KERNELS:
+            sizes = [g.tensors[t].nbytes for t in (*n.input[:1], *n.output[:1]) if t in g.tensors]
+            known = [s for s in sizes if s is not None]
+            if known:
+                out[k] = float(known[0])
+    return out
+
+
 def _groups(att: dict, n_nodes: int) -> dict[int, list[int]]:
     members = defaultdict(list)
     for pos, anchor in att["fused_into"].items():
@@ -177,17 +192,19 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
     runs_float = executed_float_types(optimized) if (m["compute_dtype"] == "float16").any() else {}
     groups = _groups(att, len(g.nodes))
     owner = _group_owners(names, ops, att["anchor"])
+    own_bytes = _layout_tensor_bytes(g, optimized)
     rows = []
     for k in names:
         a, op = att["anchor"].get(k), ops.get(k, "")
         if a is None:
+            nb = own_bytes.get(k, 0.0)
             row = {"pattern": op, "node": "", "nodes": "", "n_nodes": 0, "flops": 0.0, "macs": 0.0, "weight_bytes": 0.0,
-                   "act_in_bytes": 0.0, "act_out_bytes": 0.0, "bytes": 0.0, "compute_dtype": "float", "dims": "",
+                   "act_in_bytes": nb, "act_out_bytes": nb, "bytes": 2 * nb, "compute_dtype": "float", "dims": "",
                    "layout": op in LAYOUT_KERNELS}
         elif owner.get(a) != k:    # a second kernel on a group: a view, a layout or a copy of its output
-            # a view moves no data; ReorderInput reorders the group's input, the others its output
-            side = "act_in" if op == "ReorderInput" else "act_out"
-            nb = 0.0 if op in VIEW_KERNELS else float(np.nan_to_num(m[side][a]))
+            # a view moves no data; a layout kernel its own tensor (of the group's input or output: which, only
+            # its node says); else the group's output
+            nb = 0.0 if op in VIEW_KERNELS else own_bytes.get(k, float(np.nan_to_num(m["act_out"][a])))
             row = {"pattern": op, "node": m["node"][a], "nodes": "", "n_nodes": 0, "flops": 0.0, "macs": 0.0,
                    "weight_bytes": 0.0, "act_in_bytes": nb, "act_out_bytes": nb, "bytes": 2 * nb,
                    "compute_dtype": m["compute_dtype"][a], "dims": m["dims"][a], "layout": True}
