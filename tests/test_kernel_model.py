@@ -300,6 +300,17 @@ def test_one_fast_kernel_does_not_raise_the_host_figures():
     assert out["bandwidth_bytes_per_s"]["L2"] >= out["bandwidth_bytes_per_s"]["L3"]     # a nearer level is never slower
 
 
+def test_the_probe_again_keeps_the_best_of_both():
+    """calibrate probes the host three times, minutes apart: a figure from a slow minute never lowers one from a
+    fast minute, and a measured figure replaces one the probe beats (the real probe, quick)."""
+    from lib.latency.calibrate_kernels import probe_again
+    fast = {**HOST, "peak_flops_per_s": {**HOST["peak_flops_per_s"], "float": 1e15},
+            "bandwidth_bytes_per_s": {"L1": 1e15, "L2": 1.0, "L3": 1.0, "DRAM": 1.0}}
+    out = probe_again(fast, quick=True, threads=0)
+    assert out["peak_flops_per_s"]["float"] == 1e15 and out["bandwidth_bytes_per_s"]["L1"] == 1e15
+    assert out["bandwidth_bytes_per_s"]["DRAM"] > 1e8 and out["bandwidth_bytes_per_s"]["L2"] > 1e8
+
+
 def test_training_model_names_carry_a_batch_only_on_a_training_model():
     """<model>_b<N> is a training model at batch N; efficientnet_b0 is torchvision's model, not 'efficientnet' at
     batch 0 (that parse left it unbuilt on a fresh clone)."""
