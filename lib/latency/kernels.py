@@ -99,9 +99,10 @@ def executed_float_types(optimized: onnx.ModelProto | None) -> dict[str, str]:
 def _layout_tensor_bytes(g, optimized: onnx.ModelProto | None) -> dict[str, float]:
     """{layout kernel: bytes of the tensor it reorders or copies}: its input's, else its output's, where the
     original graph knows that tensor's size (ORT keeps the original names of the tensors it does not fuse)."""
+    if optimized is None:
+        return {}
     out = {}
-    names, _ = optimized_kernels(optimized) if optimized is not None else ([], {})
-    for k, n in zip(names, optimized.graph.node if optimized is not None else ()):
+    for k, n in zip(optimized_kernels(optimized)[0], optimized.graph.node):
         if n.op_type in LAYOUT_KERNELS:
             sizes = [g.tensors[t].nbytes for t in (*n.input[:1], *n.output[:1]) if t in g.tensors]
             known = [s for s in sizes if s is not None]
