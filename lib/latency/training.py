@@ -94,13 +94,24 @@ def profile_models(models: list[tuple[str, str, Path]], host: dict, *, runs: int
     return [merge_rounds(r) for r in done.values()]
 
 
+def kernel_identity(kt: pd.DataFrame) -> pd.Series:
+    """A kernel's identity across sessions of one model: its op, node and shapes (and its rank among kernels
+    alike). Not its name: ORT numbers the NCHWc Reorder kernels it inserts anew in each session
+    (ReorderOutput_token_229 was another tensor's reorder in the next session: 51 of ppocrv4_det's 395 kernels)."""
+    key = kt["op"].astype(str) + "|" + kt["node"].astype(str) + "|" + kt["in_shapes"].astype(str) + "|" + \
+        kt["out_shapes"].astype(str)
+    return key + "|" + key.groupby(key).cumcount().astype(str)
+
+
 def merge_rounds(recs: list[dict]) -> dict:
-    """One record from a model's rounds: each kernel's time, the session and the time between kernels are the
-    medians over the rounds (the rounds' kernel tables are the same kernels: one model, one optimized graph)."""
+    """One record from a model's rounds (sessions): each kernel's time (kernel_identity()), the session and the
+    time between kernels are the medians over the rounds; names and graphs are the first round's."""
     if len(recs) == 1:
         return recs[0]
     kt = recs[0]["kernels"].copy()
-    times = np.array([r["kernels"].set_index("kernel")["t_us"].reindex(kt["kernel"]).to_numpy(float) for r in recs])
+    ids = kernel_identity(kt)
+    times = np.array([r["kernels"].set_index(kernel_identity(r["kernels"]))["t_us"].reindex(ids).to_numpy(float)
+                      for r in recs])
     kt["t_us"] = np.nanmedian(times, axis=0)
     return {**recs[0], "kernels": kt, "session_us": float(np.median([r["session_us"] for r in recs])),
             "between_us": float(np.median([r["between_us"] for r in recs]))}
