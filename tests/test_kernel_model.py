@@ -122,6 +122,19 @@ def test_layout_kernel_moves_its_own_tensor(tmp_path):
     assert (b <= r["kernels"]["t_us"].to_numpy() + rf.RESOLUTION_US).all()
 
 
+def test_a_kernel_that_starts_with_shape_reads_the_shape_vector():
+    """ORT's Gather kernel of Shape -> Gather (swin_t's attention reads a dim of a 1.2 MB tensor) moves the 4-value
+    shape vector and its 1-value output, not the tensor the Shape looked at (its bound was 17 us, it ran in 12)."""
+    from lib.latency.kernels import group_row
+    m = {"node": np.array(["shape", "idx", "gather"], dtype=object),
+         "op": np.array(["Shape", "Constant", "Gather"], dtype=object), "flops": np.zeros(3), "macs": np.zeros(3), "weight_bytes": np.zeros(3),
+         "act_in": np.array([1204224.0, 0.0, 40.0]), "act_out": np.array([32.0, 8.0, 8.0]),
+         "kbytes": np.array([0.0, 0.0, 16.0]), "compute_dtype": np.array(["int64"] * 3, dtype=object),
+         "dims": np.array(["4", "", ""], dtype=object), "shape_op": np.array([True, True, True])}
+    row = group_row([0, 1, 2], "Gather", m)
+    assert row["act_in_bytes"] == 32 and row["act_out_bytes"] == 8 and row["bytes"] == 40 and row["node"] == "gather"
+
+
 def qdq_conv(path, quantize_output=True):
     """DequantizeLinear(x uint8), DequantizeLinear(W int8) -> Conv [-> QuantizeLinear]."""
     s, z8, zu = (numpy_helper.from_array(np.array(v, dtype=t), n) for v, t, n in

@@ -28,11 +28,13 @@ import pandas as pd
 
 from lib.analysis.roofline import kernel_node_bytes
 from lib.latency.profiling import LAYOUT_KERNELS, VIEW_KERNELS, attribute, is_mac_kernel, kernel_times
+from lib.onnx.ops import names_with
 
 KERNEL_COLUMNS = ["kernel", "op", "pattern", "node", "nodes", "n_nodes", "flops", "macs", "weight_bytes",
                   "act_in_bytes", "act_out_bytes", "bytes", "compute_dtype", "dims", "out_numel", "layout",
                   "in_shapes", "out_shapes", "t_us", "p10_us", "p90_us", "runs"]
 FP32_BYTES = ("weight_bytes", "act_in_bytes", "act_out_bytes", "bytes")    # an fp16 kernel run in fp32 moves twice
+READS_SHAPE = names_with("reads_shape")     # Shape, Size: read a tensor's shape, not its data
 __all__ = ["KERNEL_COLUMNS", "is_mac_kernel", "kernel_table", "group_row", "optimized_kernels", "trace_kernels"]
 
 
@@ -131,7 +133,9 @@ def group_row(group: list[int], op: str, m: dict) -> dict:
     a = _anchor(group, op, m["op"], m["macs"])
     first, last = group[0], group[-1]
     w = float(np.nansum(m["weight_bytes"][group]))
-    act_in, act_out = float(np.nan_to_num(m["act_in"][first])), float(np.nan_to_num(m["act_out"][last]))
+    # a group that starts with a Shape reads the shape vector (Shape -> Gather: 32 bytes, not a 1.2 MB tensor)
+    side = "act_out" if m["op"][first] in READS_SHAPE else "act_in"
+    act_in, act_out = float(np.nan_to_num(m[side][first])), float(np.nan_to_num(m["act_out"][last]))
     # ORT's Reshape (any view kernel) moves nothing, whatever nodes its group holds
     own = 0.0 if op in VIEW_KERNELS else m["kbytes"][group[0]] if len(group) == 1 else w + act_in + act_out
     dt = m["compute_dtype"][a]
