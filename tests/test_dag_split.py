@@ -282,3 +282,25 @@ def test_min_cut_on_a_2000_node_graph_matches_networkx():
     left = dag.min_cut(cg, ca, cb, cx)
     got = ca[left].sum() + cb[~left].sum() + cx[dag.crossing(cg, left)].sum()
     assert got == pytest.approx(nx_min_cut(cg, ca, cb, cx), rel=1e-6)
+
+
+def test_a_dag_optimum_that_sends_nothing_is_not_exported(tmp_path):
+    """ppocrv4_det's DAG optimum put 234 nodes computing constants only on A: nothing crosses the link and A
+    computes no output, so the model runs whole on B. 08 says so and exports nothing (it printed a FAIL line)."""
+    from onnx import numpy_helper
+    model = tmp_path / "const.onnx"
+    nodes = [helper.make_node("Constant", [], ["c"], name="const",
+                              value=numpy_helper.from_array(np.ones((4, 64), np.float32))),
+             helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"), helper.make_node("Add", ["m", "c"], ["y"], name="add")]
+    make_model(nodes, [tensor("x", [4, 64])], [tensor("y", [4, 64])], [weight("w", (64, 64))], path=model)
+    costs(model, tmp_path)
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path, "--system", system(tmp_path / "s.yaml"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "dag_partition.json").read_text())
+    doc["partitions"]["latency"]["left_nodes"] = ["const"]
+    (tmp_path / "dag_partition.json").write_text(json.dumps(doc))
+    r = run_stage("08_export_splits.py", "--model", model, "--results", tmp_path, "--top-k", "1", "--diagram", "none",
+                  "--runs", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "splits/dag: not exported: the DAG optimum sends nothing" in r.stdout and "FAIL" not in r.stdout
+    assert not (tmp_path / "splits" / "dag").exists()

@@ -94,6 +94,13 @@ def export_dag(exporter: SplitExporter, rdir: Path, feeds: dict, opts: dict, met
     part = doc["partitions"].get("latency")
     if part is None:
         return None
+    iface = set_interface(exporter.g, left_mask(exporter.g, part["left_nodes"]), exporter.consts)
+    if not iface["cut_tensors"] and not iface["left_graph_outputs"]:
+        # ppocrv4_det's optimum put 234 nodes on A that compute constants only: a whole-model run on B, not a split
+        shutil.rmtree(rdir / "splits" / "dag", ignore_errors=True)
+        print(f"  splits/dag: not exported: the DAG optimum sends nothing between the devices (its {iface['n_left']} "
+              f"nodes on A feed no tensor to B and compute no output): the model runs whole on B")
+        return None
     return export_node_set(exporter, part["left_nodes"], rdir / "splits" / "dag", "dag", feeds, opts, meta)
 
 
