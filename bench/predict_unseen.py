@@ -25,6 +25,7 @@ from _models import REPO, Printed, parser, refuse
 sys.path.insert(0, str(REPO))
 
 from bench.corpus import MANIFEST  # noqa: E402
+from lib.analysis.roofline import RESOLUTION_US  # noqa: E402
 from lib.host import load_host  # noqa: E402
 from lib.latency import kernel_model as km  # noqa: E402
 from lib.latency.latency_model import predict_profile  # noqa: E402
@@ -51,7 +52,7 @@ def below_bound(kernels, per) -> dict[str, float]:
     """{kernel: measured / bound} of the kernels measured below their bound by more than the profiler's 1 us."""
     bound = dict(zip(per["kernel"], per["bound_us"].astype(float)))
     return {k: t / bound[k] for k, t in zip(kernels["kernel"], kernels["t_us"].astype(float))
-            if k in bound and t + 1.0 < bound[k]}
+            if k in bound and t + RESOLUTION_US < bound[k]}
 
 
 def identities(rec: dict, names) -> set[str]:
