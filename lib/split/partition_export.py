@@ -99,7 +99,7 @@ def export_dag(exporter: SplitExporter, rdir: Path, feeds: dict, opts: dict, met
         # ppocrv4_det's optimum put 234 nodes on A that compute constants only: a whole-model run on B, not a split
         shutil.rmtree(rdir / "splits" / "dag", ignore_errors=True)
         print(f"  splits/dag: not exported: the DAG optimum sends nothing between the devices (its {iface['n_left']} "
-              f"nodes on A feed no tensor to B and compute no output): the model runs whole on B")
+              f"node{'s' if iface['n_left'] != 1 else ''} on A feed no tensor to B and compute no output): the model runs whole on B")
         return None
     return export_node_set(exporter, part["left_nodes"], rdir / "splits" / "dag", "dag", feeds, opts, meta)
 
