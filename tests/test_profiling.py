@@ -87,3 +87,77 @@ def test_body_kernels_outside_their_node_map_by_name():
     g = graph_of(m, InputSpec(arrays={"x": np.ones((1, 4), np.float32), "c": np.array(True)}))
     att = attribute(g, None, ["then_relu", "fused else_neg/SomethingFusion", "cond"])
     assert att["anchor"] == {"then_relu": 1, "fused else_neg/SomethingFusion": 1, "cond": 0}
+
+
+def _twin_convs(path, second_fill=0.0):
+    """x -> two 1x1 convs whose weights are ConstantOfShape fills (as the ONNX Model Zoo's Inception copy
+    stores them) -> Relu each -> Concat. Equal fills: ORT's CSE keeps one conv."""
+    from onnx import TensorProto, helper, numpy_helper
+    from conftest import make_model, tensor
+    shape = np.array([64, 128, 1, 1], np.int64)
+    inits = [numpy_helper.from_array(shape, "s_a"), numpy_helper.from_array(shape.copy(), "s_b")]
+    fill = lambda v: helper.make_tensor("v", TensorProto.FLOAT, [1], [v])      # noqa: E731
+    nodes = [helper.make_node("ConstantOfShape", ["s_a"], ["w_a"], name="fill_a", value=fill(0.0)),
+             helper.make_node("ConstantOfShape", ["s_b"], ["w_b"], name="fill_b", value=fill(second_fill)),
+             helper.make_node("Conv", ["x", "w_a"], ["c_a"], name="conv_a"),
+             helper.make_node("Relu", ["c_a"], ["r_a"], name="relu_a"),
+             helper.make_node("Conv", ["x", "w_b"], ["c_b"], name="conv_b"),
+             helper.make_node("Relu", ["c_b"], ["r_b"], name="relu_b"),
+             helper.make_node("Concat", ["r_a", "r_b"], ["y"], name="cat", axis=1)]
+    return make_model(nodes, [tensor("x", [1, 128, 28, 28])], [tensor("y", None)], inits, path=path)
+
+
+@pytest.mark.parametrize("second_fill", [0.0, 1.0])
+def test_a_node_ort_merged_into_its_twin_runs_no_kernel(tmp_path, second_fill):
+    """ORT's CSE removes one of two identical convs; the Concat after them must not take the removed conv as
+    its anchor (it did: on the Model Zoo's Inception the Concat's time was a conv's, below its roofline)."""
+    from lib.onnx.loading import graph_of_path
+    from lib.latency.kernels import kernel_table
+    from lib.onnx.metrics import node_metrics
+    path = tmp_path / "twins.onnx"
+    _twin_convs(path, second_fill)
+    g = graph_of_path(path)
+    feeds = {"x": np.random.default_rng(0).random((1, 128, 28, 28), dtype=np.float32)}
+    prof = profile_model(str(path), feeds, runs=3, warmup=1, progress=False)
+    df, s = latency_table(g, prof)
+    by = df.set_index("node")
+    assert s["kernel_time_coverage"] >= 0.99
+    assert by.loc["cat", "attribution"] == "kernel" and "cat" in by.loc["cat", "ort_kernels"].split(";")
+    ran = by.loc[["conv_a", "conv_b"], "attribution"]
+    kt = kernel_table(g, node_metrics(g), prof["optimized"]).set_index("pattern")
+    if second_fill == 0.0:        # one conv and its Relu removed; the fills are folded either way
+        assert sorted(ran) == ["kernel", "not_run"] and s["nodes_merged"] == 3
+        gone = "conv_a" if ran["conv_a"] == "not_run" else "conv_b"
+        assert by.loc[gone.replace("conv", "relu"), "attribution"] == "not_run"
+        assert kt.loc["Concat", "macs"] == 0 and kt["macs"].sum() == 64 * 128 * 28 * 28
+    else:
+        assert list(ran) == ["kernel", "kernel"] and s["nodes_merged"] == 0
+        assert kt["macs"].sum() == 2 * 64 * 128 * 28 * 28
+
+
+@pytest.mark.parametrize("elements,constant_node", [(8, False), (9, False), (8, True), (100, True)])
+def test_equal_constants_are_one_value_as_ort_shares_them(tmp_path, elements, constant_node):
+    """ORT (1.31) shares equal constants of up to 8 elements, so Mul(x, c1) and Mul(x, c2) become one node; at 9
+    elements they stay two. identical_groups must agree with ORT's own optimized graph."""
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+    from conftest import make_model, tensor
+    from lib.onnx.loading import graph_of_path
+    from lib.latency.cse import identical_groups
+    c = np.arange(elements, dtype=np.float32)
+    pre = ([helper.make_node("Constant", [], [n], name=f"k{n}", value=numpy_helper.from_array(c)) for n in ("c1", "c2")]
+           if constant_node else [])
+    inits = [] if constant_node else [numpy_helper.from_array(c, "c1"), numpy_helper.from_array(c.copy(), "c2")]
+    nodes = pre + [helper.make_node("Mul", ["x", "c1"], ["a"], name="m1"),
+                   helper.make_node("Mul", ["x", "c2"], ["b"], name="m2"),
+                   helper.make_node("Sub", ["a", "b"], ["y"], name="sub")]
+    path = tmp_path / "muls.onnx"
+    make_model(nodes, [tensor("x", [4, elements])], [tensor("y", None)], inits, path=path)
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    ort_muls = sum(n.op_type == "Mul" for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node)
+    g = graph_of_path(path)
+    groups = [[g.names[p] for p in ps] for ps in identical_groups(g) if g.nodes[ps[0]].op_type == "Mul"]
+    assert ort_muls == (1 if elements <= 8 else 2)
+    assert groups == ([["m1", "m2"]] if ort_muls == 1 else [])

@@ -11,8 +11,10 @@ optimized graph and map each optimized node onto original nodes:
    prefix of its node name that is an original tensor or node name (ORT names fused nodes
    "<original>_<suffix>", e.g. "relu_nchwc");
 2. the original nodes it *covers*: walking back from that tensor through the original graph until a tensor
-   that some kernel materializes (or a weight/graph input). Its anchor is the covered node doing the most
-   work (MACs, then FLOPs); the others are recorded as fused into it and get 0 us of their own;
+   that some kernel materializes (or a weight/graph input), never into a node ORT's common-subexpression
+   elimination removed (an identical node computes its value; lib/latency/cse.py). Its anchor is the covered
+   node doing the most work (MACs, then FLOPs; on a tie the node whose tensor it writes); the others are
+   recorded as fused into it and get 0 us of their own;
 3. kernels with no original tensor (layout Reorder*, inserted casts/copies) take the anchor of a neighbour
    they feed or are fed by;
 4. kernels ORT inserted or rewrote beyond that (transpose-optimizer `Reshape_token_*` nodes, a FusedConv of
@@ -42,6 +44,7 @@ import pandas as pd
 
 from lib.artifacts import atomic_path
 from lib.errors import StageError
+from lib.latency.cse import merged_away
 from lib.onnx.costs import node_cost
 from lib.onnx.graph import CONTROL_FLOW, Graph
 from lib.onnx.ops import REGISTRY, is_mac_op, names_with, op_key
@@ -225,6 +228,7 @@ class _Attribution:
         self.anchor: dict[str, int | None] = {k: None for k in kernel_names}
         self.fused_into: dict[int, int] = {}
         self.inserted: set[str] = set()          # kernels ORT inserted or rewrote (steps 3 and 4)
+        self.merged: set[int] = set()            # nodes ORT's CSE removed (step 1; lib/latency/cse.py)
         self.view_of = self._mac_views(optimized) if optimized is not None else {}
 
     # only ORT's MatMulAddFusion wraps its kernel in Reshapes of its own; a Reshape next to another MAC kernel
@@ -263,7 +267,8 @@ class _Attribution:
                 self.inserted.add(k)
 
     def cover(self, k: str, group: list[int]) -> None:
-        best = max(group, key=lambda p: (_work(self.g.nodes[p], self.g), -p))
+        # the most work; on a tie the node whose output the kernel writes (group[0]): a Reshape, not its shape
+        best = max(group, key=lambda p: (_work(self.g.nodes[p], self.g), p == group[0], -p))
         self.anchor[k] = best
         for pos in group:
             self.owner[pos] = k
@@ -277,6 +282,7 @@ class _Attribution:
         materialized = {t for t in self.tensor_of.values() if t}
         stop = set(g.initializers) | set(g.graph_inputs)
         todo = [k for k in self.kernels if self.tensor_of[k] and (k not in opt or opt[k].op_type not in LAYOUT_KERNELS)]
+        self.merged = merged_away(g, {g.producer[self.tensor_of[k]] for k in todo})
         for k in sorted(todo, key=lambda k: not self.exact[k]):
             start = g.producer[self.tensor_of[k]]
             if start in self.owner:            # a second kernel for the same tensor: share its anchor
@@ -289,7 +295,7 @@ class _Attribution:
             group, stack = [], [start]
             while stack:
                 pos = stack.pop()
-                if pos in self.owner or pos in group:
+                if pos in self.owner or pos in group or pos in self.merged:
                     continue
                 group.append(pos)
                 # a name-derived kernel is one heavy op plus its epilogue: never walk back past the heavy op
@@ -305,7 +311,7 @@ class _Attribution:
         ran last among the producers is the one that consumed the others (Conv+Sum)."""
         g = self.g
         for pos in range(len(g.nodes)):
-            if pos in self.owner:
+            if pos in self.owner or pos in self.merged:
                 continue
             preds = [p for p in g.preds(pos) if p in self.owner]
             if preds:
@@ -397,7 +403,8 @@ class _Attribution:
         base = op[len("Fused"):] if op.startswith("Fused") else op
         ops = {base, "Transpose"} if base == "Reshape" else {base}
         lo, hi = (up if up is not None else -1), (down if down is not None else len(self.g.nodes))
-        return next((p for p in range(lo + 1, hi) if p not in self.owner and self.g.nodes[p].op_type in ops), None)
+        return next((p for p in range(lo + 1, hi)
+                     if p not in self.owner and p not in self.merged and self.g.nodes[p].op_type in ops), None)
 
     def by_order(self, order: list[str]) -> None:
         """Kernels the saved optimized graph does not hold: the kernel that runs next, else the one before."""
@@ -463,7 +470,7 @@ def attribute(g: Graph, optimized: onnx.ModelProto | None, kernel_names: list[st
     in the order they ran (default: kernel_names).
 
     Returns {"anchor": {kernel: pos or None}, "fused_into": {pos: anchor pos}, "inserted": {kernels ORT
-    inserted or rewrote}}.
+    inserted or rewrote}, "merged": {positions ORT's CSE removed}}.
     """
     att = _Attribution(g, optimized, kernel_names)
     att.computing()
@@ -476,7 +483,7 @@ def attribute(g: Graph, optimized: onnx.ModelProto | None, kernel_names: list[st
         att.neighbours(optimized)
         att.by_tensors(optimized)
     att.by_order(order or kernel_names)
-    return {"anchor": att.anchor, "fused_into": att.fused_into, "inserted": att.inserted}
+    return {"anchor": att.anchor, "fused_into": att.fused_into, "inserted": att.inserted, "merged": att.merged}
 
 
 def latency_table(g: Graph, prof: dict) -> tuple[pd.DataFrame, dict]:
@@ -514,7 +521,7 @@ def latency_table(g: Graph, prof: dict) -> tuple[pd.DataFrame, dict]:
         elif pos in att["fused_into"]:
             how = "fused"
         else:
-            how = "not_run"  # constant-folded or removed by ORT (Identity, Dropout, shape arithmetic)
+            how = "not_run"  # constant-folded or removed by ORT (Identity, Dropout, shape arithmetic, CSE)
         rows.append({
             "node": g.names[pos], "op_type": op_key(g.nodes[pos]),
             "latency_us": float(med[pos]), "p10_us": float(p10[pos]), "p90_us": float(p90[pos]), "runs": n_runs,
@@ -532,6 +539,7 @@ def latency_table(g: Graph, prof: dict) -> tuple[pd.DataFrame, dict]:
         "nodes_with_kernel": int(sum(1 for r in rows if r["attribution"] == "kernel")),
         "nodes_fused": int(sum(1 for r in rows if r["attribution"] == "fused")),
         "nodes_not_run": int(sum(1 for r in rows if r["attribution"] == "not_run")),
+        "nodes_merged": len(att["merged"]),          # removed by ORT's CSE (counted in nodes_not_run)
         "inside_control_flow": _inside(g, att["anchor"], prof.get("inside")),
     }
     return pd.DataFrame(rows), summary
