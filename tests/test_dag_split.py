@@ -284,6 +284,28 @@ def test_min_cut_on_a_2000_node_graph_matches_networkx():
     assert got == pytest.approx(nx_min_cut(cg, ca, cb, cx), rel=1e-6)
 
 
+def test_a_partition_that_sends_nothing_runs_whole_on_one_device():
+    """07 reports such a DAG optimum as the model run whole on one device and writes no partition for 08. Two
+    independent halves that each compute an output are a real split (they send nothing, yet both work)."""
+    import onnx
+    from lib.split.partitions import dag_line
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="branch_a"), helper.make_node("Relu", ["a"], ["y"], name="out_a"),
+             helper.make_node("Sigmoid", ["x"], ["z"], name="out_b"),
+             helper.make_node("Shape", ["x"], ["s"], name="shape"), helper.make_node("Neg", ["s"], ["u"], name="unused")]
+    m = make_model(nodes, [tensor("x", [4, 8])], [tensor("y", [4, 8]), tensor("z", [4, 8])])
+    g = build_graph(onnx.shape_inference.infer_shapes(m))
+    a = graph_arrays(g, constant_tensors(g))
+    cg = dag.cut_graph(a)
+    on_a = lambda *names: np.isin(a.names, names)     # noqa: E731
+    assert dag.runs_whole_on(a, cg, on_a("shape", "unused")) == "B"      # feeds nothing, computes no output
+    assert dag.runs_whole_on(a, cg, on_a("branch_a", "out_a", "out_b")) == "A"
+    assert dag.runs_whole_on(a, cg, on_a("branch_a", "out_a")) is None     # y on A, z on B: both work
+    assert dag.runs_whole_on(a, cg, on_a("branch_a")) is None              # a crosses
+    d = {"runs_whole_on": "B", "est_latency_us": 1500.0, "n_left": 2, "n_right": 3,
+         "gain_vs_best_boundary": {"boundary": 0, "est_latency_us": 1600.0}}
+    assert dag_line(d).startswith("DAG optimum (min cut): the model runs whole on B, 1.500 ms (the 2 nodes it leaves on A")
+
+
 def test_a_dag_optimum_that_sends_nothing_is_not_exported(tmp_path):
     """ppocrv4_det's DAG optimum put 234 nodes computing constants only on A: nothing crosses the link and A
     computes no output, so the model runs whole on B. 08 says so and exports nothing (it printed a FAIL line)."""

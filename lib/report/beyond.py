@@ -40,6 +40,7 @@ def dag_table(summ: dict) -> dict | None:
                      f"{_ratio(g.get('ratio'))} vs b{g.get('boundary', '?')}",
                      _ratio((d.get("gain_vs_all_on_a") or {}).get("ratio")),
                      _ratio((d.get("gain_vs_all_on_b") or {}).get("ratio")),
+                     f"none: the model runs whole on {d['runs_whole_on']}" if d.get("runs_whole_on") else
                      ", ".join(d.get("cut_tensors", [])[:6]) + (" ..." if len(d.get("cut_tensors", [])) > 6 else "")])
     if not rows:
         return None

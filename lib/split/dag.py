@@ -160,6 +160,19 @@ def best_partition(cg: CutGraph, cost_a, cost_b, cost_x) -> tuple[np.ndarray, di
     return (best if best is not None else left), info
 
 
+def runs_whole_on(a: GraphArrays, cg: CutGraph, left: np.ndarray) -> str | None:
+    """'B' when a partition sends nothing between the devices and A computes no graph output: A's nodes feed
+    only each other and the model runs whole on B (ppocrv4_det's optimum put 234 such nodes on A); 'A' the other
+    way round; None for a real split (two independent halves that each compute an output included)."""
+    if crossing(cg, left).any():
+        return None
+    made = np.flatnonzero(a.t_output & (a.t_prod >= 0))
+    on_a = left[a.t_prod[made]]
+    if on_a.all() and len(made):
+        return "A"
+    return None if on_a.any() else "B"
+
+
 def _cross_cost(cg: CutGraph, left: np.ndarray, cost_x) -> float:
     return float(np.sum(np.asarray(cost_x, float)[crossing(cg, left)]))
 
@@ -235,6 +248,10 @@ def dag_optima(a: GraphArrays, cg: CutGraph, ta, tb, system: dict, df, base: dic
             continue
         best_b = int(df["boundary"].to_numpy()[np.argmin(df[KEY[objective]].to_numpy(float))])
         summ[name], left = optimum(a, cg, ta, tb, system, objective, best_b, base)
+        whole = runs_whole_on(a, cg, left)
+        if whole:                  # no split to export (08) or draw (the report's graph)
+            summ[name]["runs_whole_on"] = whole
+            continue
         parts[objective] = {"left_nodes": a.names[left].tolist(), **{k: summ[name][k] for k in
                                                                       ("est_latency_us", "est_energy_j", "n_left", "cut_tensors")}}
     return summ, parts

@@ -72,6 +72,11 @@ def dag_line(d: dict | None, skipped: str | None = None) -> str:
     if d is None:
         return f"DAG optimum: skipped ({skipped})" if skipped else "DAG optimum: none (fewer than two real nodes)"
     g = d["gain_vs_best_boundary"]
+    if d.get("runs_whole_on"):
+        other = "A" if d["runs_whole_on"] == "B" else "B"
+        return (f"DAG optimum (min cut): the model runs whole on {d['runs_whole_on']}, {d['est_latency_us'] / 1e3:.3f} ms "
+                f"(the {d['n_left'] if other == 'A' else d['n_right']} nodes it leaves on {other} send nothing and compute no output; "
+                f"nothing to export); best boundary b{g['boundary']} {g['est_latency_us'] / 1e3:.3f} ms")
     return (f"DAG optimum (min cut): {d['est_latency_us'] / 1e3:.3f} ms, {d['n_left']} nodes on A, {d['n_cut_tensors']} "
             f"cut tensors ({d['comm_bytes'] / 1024:.1f} KiB), {'a prefix (b%d)' % d['prefix_boundary'] if d['is_prefix'] else 'not a prefix'}; "
             f"vs best boundary b{g['boundary']} {g['est_latency_us'] / 1e3:.3f} ms (x{g['ratio'] or 0:.3f}), "
