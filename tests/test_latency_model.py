@@ -44,6 +44,23 @@ def test_fit_recovers_known_parameters():
     assert got["f_half"] == pytest.approx(P_CONV["f_half"], rel=0.25)
 
 
+def test_efficiency_is_held_below_the_smallest_training_kernel():
+    """A steep fit (gamma 2.6) trained from 200k FLOPs up is not extrapolated to a 1,024-FLOP QuantizeLinear:
+    e(F) there is e(f_min), so its compute time is 1024 / (P e(2e5)), not the 0.6 s the curve gives (a QDQ
+    ResNet's baseline was 20x its time)."""
+    p = {"overhead_us": 1.0, "e_max": 1.0, "f_half": 1e6, "gamma": 2.6, "m": 1.0}
+    f, b, peak = np.array([1024.0, 4e5]), np.zeros(2), np.full(2, 1e11)
+    e_at = lambda x: 1.0 / (1.0 + (1e6 / x) ** 2.6)      # noqa: E731
+    wild = lm.model_time(p, f, b, peak, BW)
+    held = lm.model_time({**p, "f_min": 2e5}, f, b, peak, BW)
+    assert wild[0] == pytest.approx(1.0 + 1024 / (1e11 * e_at(1024)) * 1e6) and wild[0] > 5e5
+    assert held[0] == pytest.approx(1.0 + 1024 / (1e11 * e_at(2e5)) * 1e6) and held[0] < 2.0
+    assert held[1] == wild[1]                             # inside the trained range: unchanged
+    d = pd.DataFrame({"flops": [0.0, 3e5, 1e6, 4e6], "_bytes": [1e4] * 4, "_peak": [1e11] * 4,
+                      "t_fit_us": [2.0, 6.0, 15.0, 50.0]})
+    assert lm.fit_rows_(d, "t_fit_us", BW)["f_min"] == 3e5
+
+
 def test_fit_is_robust_to_a_few_outliers_and_zero_flop_classes():
     rng = np.random.default_rng(1)
     nbytes = 10 ** rng.uniform(3, 8, 40)
@@ -215,6 +232,20 @@ def test_microbench_costs_come_from_stage_02():
         fams.setdefault(c.family, set()).add(c.split)
     assert all(s == {"train", "heldout"} for s in fams.values()), fams
     assert len(mb.cases(quick=True)) < len(mb.cases()) / 3
+
+
+def test_a_shared_dynamic_quantization_runs_as_matmul_integer_to_float():
+    """The micro-benchmark for a transformer's Q/K/V projections (one DynamicQuantizeLinear, three MatMuls with
+    their own weight scales): ORT runs the quantization once and each MatMul as MatMulIntegerToFloat, the kernel
+    type bert_small_dyn runs and that a single DQL+MatMulInteger (fused to DynamicQuantizeMatMul) never shows."""
+    from lib.host import load_host
+    from lib.latency import microbench as mb
+    from lib.latency.training import micro_records
+    case = next(c for c in mb.cases() if c.label == "DQL+MatMulInteger 1x128x256 . 256x256 x3 (one DQL)")
+    kt = micro_records([case], load_host(REPO / "configs" / "host.yaml"), runs=1)[0]["kernels"]
+    assert sorted(kt["op"]) == ["DynamicQuantizeLinear"] + ["MatMulIntegerToFloat"] * 3
+    mm = kt[kt["op"] == "MatMulIntegerToFloat"]
+    assert (mm["macs"] == 128 * 256 * 256).all() and (mm["compute_dtype"] == "int8").all()
 
 
 def test_fused_from_ort_matches_stage_01_attribution(tmp_path):

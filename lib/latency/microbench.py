@@ -423,16 +423,22 @@ def _conv_integer(b: Builder, p: str, n, cin, cout, hw, k, s, wt="s8"):
     b.out(*b.node("Mul", [c[0], sc[0]], f"{p}_m"))
 
 
-def _matmul_integer(b: Builder, p: str, bt, m, k, n, wt="s8"):
+def _matmul_integer(b: Builder, p: str, bt, m, k, n, wt="s8", shared=1):
     """ORT quantize_dynamic's MatMul: DynamicQuantizeLinear -> MatMulInteger (wt: s8 or u8 weights) -> Cast -> Mul
-    (ORT may fuse it into DynamicQuantizeMatMul / MatMulIntegerToFloat)."""
+    (ORT fuses it into DynamicQuantizeMatMul). shared > 1: one DynamicQuantizeLinear feeds that many MatMuls, as a
+    transformer's Q, K and V projections of one input; ORT then runs each as MatMulIntegerToFloat (a kernel type
+    the single MatMul never shows: bert_small_dyn's were predicted 2.2x their time without it)."""
     x = b.inp(f"{p}_x", [bt, m, k])
     q = b.node("DynamicQuantizeLinear", [x], f"{p}_q", n_out=3)
-    w = b.wrand(f"{p}_w", [k, n], WEIGHT_ZERO[wt].dtype)
-    y = b.node("MatMulInteger", [q[0], w, q[2], b.w(f"{p}_wz", WEIGHT_ZERO[wt])], p)
-    c = b.node("Cast", y, f"{p}_c", to=TensorProto.FLOAT)
-    sc = b.node("Mul", [q[1], b.w(f"{p}_ws", np.array(0.01, np.float32))], f"{p}_s")
-    b.out(*b.node("Mul", [c[0], sc[0]], f"{p}_m"))
+    for i in range(shared):
+        name = p if shared == 1 else f"{p}_{i}"
+        w = b.wrand(f"{name}_w", [k, n], WEIGHT_ZERO[wt].dtype)
+        y = b.node("MatMulInteger", [q[0], w, q[2], b.w(f"{name}_wz", WEIGHT_ZERO[wt])], name)
+        c = b.node("Cast", y, f"{name}_c", to=TensorProto.FLOAT)
+        # each weight its own scale, as quantize_dynamic gives it (equal ones: ORT merges the scale Muls, then
+        # fuses nothing)
+        sc = b.node("Mul", [q[1], b.w(f"{name}_ws", np.array(0.01 + 0.001 * i, np.float32))], f"{name}_s")
+        b.out(*b.node("Mul", [c[0], sc[0]], f"{name}_m"))
 
 
 def _conv_transpose(b: Builder, p: str, n, cin, cout, hw, k, s):
@@ -442,20 +448,24 @@ def _conv_transpose(b: Builder, p: str, n, cin, cout, hw, k, s):
     b.out(*b.node("ConvTranspose", [x, w, b.wrand(f"{p}_b", [cout])], p, strides=[s, s], kernel_shape=[k, k]))
 
 
-def _qlinear_conv(b: Builder, p: str, n, cin, cout, hw, k, s):
+def _qlinear_conv(b: Builder, p: str, n, cin, cout, hw, k, s, wt="s8"):
+    """QLinearConv (what ORT runs a QDQ conv as) with int8 (wt s8) or uint8 (u8) weights."""
     x = b.inp(f"{p}_x", [n, cin, hw, hw], np.uint8, high=255)
     f = lambda nm, v, dt: b.w(f"{p}_{nm}", np.array(v, dt))  # noqa: E731
-    ins = [x, f("xs", 0.05, np.float32), f("xz", 128, np.uint8), b.wrand(f"{p}_w", [cout, cin, k, k], np.int8),
-           f("ws", [0.01] * cout, np.float32), f("wz", [0] * cout, np.int8), f("ys", 0.1, np.float32),
+    wz = WEIGHT_ZERO[wt]
+    ins = [x, f("xs", 0.05, np.float32), f("xz", 128, np.uint8), b.wrand(f"{p}_w", [cout, cin, k, k], wz.dtype),
+           f("ws", [0.01] * cout, np.float32), f("wz", [wz] * cout, wz.dtype), f("ys", 0.1, np.float32),
            f("yz", 128, np.uint8), b.wrand(f"{p}_b", [cout], np.int32)]
     b.out(*b.node("QLinearConv", ins, p, pads=[k // 2] * 4, strides=[s, s], kernel_shape=[k, k]))
 
 
-def _qlinear_matmul(b: Builder, p: str, bt, m, k, n):
+def _qlinear_matmul(b: Builder, p: str, bt, m, k, n, wt="s8"):
+    """QLinearMatMul with int8 (wt s8) or uint8 (u8) weights."""
     x = b.inp(f"{p}_x", [bt, m, k], np.uint8, high=255)
     f = lambda nm, v, dt: b.w(f"{p}_{nm}", np.array(v, dt))  # noqa: E731
-    ins = [x, f("xs", 0.05, np.float32), f("xz", 128, np.uint8), b.wrand(f"{p}_w", [k, n], np.int8),
-           f("ws", 0.01, np.float32), f("wz", 0, np.int8), f("ys", 0.1, np.float32), f("yz", 128, np.uint8)]
+    wz = WEIGHT_ZERO[wt]
+    ins = [x, f("xs", 0.05, np.float32), f("xz", 128, np.uint8), b.wrand(f"{p}_w", [k, n], wz.dtype),
+           f("ws", 0.01, np.float32), f("wz", wz, wz.dtype), f("ys", 0.1, np.float32), f("yz", 128, np.uint8)]
     b.out(*b.node("QLinearMatMul", ins, p))
 
 
@@ -682,7 +692,14 @@ MATMUL_INTEGER = [(T, (1, 128, 256, 256)), (T, (1, 128, 256, 1024)), (T, (1, 1, 
                   (T, (8, 128, 256, 256)), (H, (1, 128, 1024, 256)), (H, (1, 64, 768, 768))]
 MATMUL_INTEGER_U8 = [(T, (1, 128, 256, 256, "u8")), (T, (1, 197, 768, 3072, "u8")), (T, (1, 1, 512, 1000, "u8")),
                      (H, (1, 128, 256, 1024, "u8"))]
+MATMUL_INTEGER_SHARED = [(T, (1, 128, 256, 256, "s8", 3)), (T, (1, 64, 768, 768, "s8", 3)),
+                         (T, (1, 197, 192, 192, "s8", 3)), (T, (4, 128, 256, 256, "s8", 3)),
+                         (H, (1, 128, 384, 384, "s8", 3))]
 QLINEAR_MATMUL = [(T, (1, 128, 256, 256)), (T, (1, 197, 768, 768)), (T, (4, 128, 256, 1024)), (H, (1, 128, 256, 1024))]
+# uint8 weights (ORT's u8u8 kernels; older quantize_static exports and Model Zoo int8 models have them)
+QLINEAR_CONV_U8 = [(T, (1, 64, 64, 56, 3, 1, "u8")), (T, (1, 256, 256, 14, 3, 1, "u8")), (T, (1, 64, 256, 56, 1, 1, "u8")),
+                   (T, (1, 3, 64, 224, 7, 2, "u8")), (T, (1, 512, 512, 7, 3, 1, "u8")), (H, (1, 128, 128, 28, 3, 1, "u8"))]
+QLINEAR_MATMUL_U8 = [(T, (1, 128, 256, 256, "u8")), (T, (1, 197, 768, 768, "u8")), (H, (1, 128, 256, 1024, "u8"))]
 # (n, cin, cout, hw in, k, stride)
 CONV_TRANSPOSE = [(T, (1, 64, 32, 32, 2, 2)), (T, (1, 32, 16, 64, 2, 2)), (T, (1, 128, 64, 16, 4, 2)),
                   (T, (1, 256, 128, 8, 2, 2)), (H, (1, 16, 8, 128, 3, 2))]
@@ -734,13 +751,15 @@ CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
     ("conv_int8", _conv_integer, _named(lambda n, ci, co, hw, k, s, wt="s8": f"DQL+ConvInteger{_weights(wt)} n{n} "
                                                                             f"{ci}->{co} {hw}x{hw} k{k} s{s}",
                                         _split(CONV_INTEGER_T, CONV_INTEGER_H) + CONV_INTEGER_U8)),
-    ("conv_int8", _qlinear_conv, _named(lambda n, ci, co, hw, k, s: f"QLinearConv n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
-                                        QLINEAR_CONV)),
-    ("matmul_int8", _matmul_integer, _named(lambda bt, m, k, n, wt="s8": f"DQL+MatMulInteger{_weights(wt)} "
-                                                                         f"{bt}x{m}x{k} . {k}x{n}",
-                                            MATMUL_INTEGER + MATMUL_INTEGER_U8)),
-    ("matmul_int8", _qlinear_matmul, _named(lambda bt, m, k, n: f"QLinearMatMul {bt}x{m}x{k} . {k}x{n}",
-                                            QLINEAR_MATMUL)),
+    ("conv_int8", _qlinear_conv, _named(lambda n, ci, co, hw, k, s, wt="s8": f"QLinearConv{_weights(wt)} n{n} "
+                                                                            f"{ci}->{co} {hw}x{hw} k{k} s{s}",
+                                        QLINEAR_CONV + QLINEAR_CONV_U8)),
+    ("matmul_int8", _matmul_integer, _named(lambda bt, m, k, n, wt="s8", shared=1: f"DQL+MatMulInteger{_weights(wt)} "
+                                                                                   f"{bt}x{m}x{k} . {k}x{n}"
+                                                                                   f"{f' x{shared} (one DQL)' if shared > 1 else ''}",
+                                            MATMUL_INTEGER + MATMUL_INTEGER_U8 + MATMUL_INTEGER_SHARED)),
+    ("matmul_int8", _qlinear_matmul, _named(lambda bt, m, k, n, wt="s8": f"QLinearMatMul{_weights(wt)} {bt}x{m}x{k} "
+                                                                         f". {k}x{n}", QLINEAR_MATMUL + QLINEAR_MATMUL_U8)),
     ("conv", _conv_transpose, _named(lambda n, ci, co, hw, k, s: f"ConvTranspose n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
                                      CONV_TRANSPOSE)),
     ("recurrent", _recurrent, _named(lambda op, seq, bt, i, h: f"{op} seq{seq} b{bt} in{i} h{h}", RECURRENT)),

@@ -33,27 +33,29 @@ QDQ_FUSED = names_with("qdq_fused")         # ORT runs DequantizeLinear -> these
 INT_TYPES = {"int8", "uint8"}
 
 
-def _dequantized(g: Graph, t: str) -> bool:
-    """Whether tensor t is a DequantizeLinear's output of an 8-bit integer tensor."""
+def _dequantized(g: Graph, t: str) -> str | None:
+    """The 8-bit integer type ("int8", "uint8") tensor t is a DequantizeLinear's output of, else None."""
     p = g.producer.get(t)
     if p is None or g.op_types[p] != "DequantizeLinear":
-        return False
+        return None
     src = g.tensors.get(g.node_inputs[p][0]) if g.node_inputs[p] else None
-    return src is not None and dtype_name(src.elem_type) in INT_TYPES
+    return dtype_name(src.elem_type) if src is not None and dtype_name(src.elem_type) in INT_TYPES else None
 
 
 def compute_dtype(n, g: Graph, dtype: str, mac_dtype: str) -> str:
     """The element type a node's kernel computes in: for integer MAC ops their weight's 8-bit type (uint8 weights
-    run ORT's u8u8 kernels, int8 ones its u8s8 kernels: a ConvInteger measured 7x apart between the two), and int8
-    for a Conv/MatMul/Gemm fed by DequantizeLinear of 8-bit tensors that ORT fuses into an integer kernel
-    (QLinearConv, QLinearMatMul: the output goes to QuantizeLinear only; MatMulIntegerToFloat for a MatMul); else
-    the node's element type (float16 where it is an fp16 node)."""
+    run ORT's u8u8 kernels, int8 ones its u8s8 kernels: a ConvInteger measured 7x apart between the two), and the
+    same for a Conv/MatMul/Gemm fed by DequantizeLinear of 8-bit tensors that ORT fuses into an integer kernel
+    (QLinearConv, QLinearMatMul: the output goes to QuantizeLinear only; MatMulIntegerToFloat for a MatMul): its
+    second input's type (a resnet18 QDQ export ran 1.15-1.6x slower with uint8 weights than with int8 ones);
+    else the node's element type (float16 where it is an fp16 node)."""
     if n.op_type in INT_MAC_OPS or mac_dtype in INT_TYPES:
         return mac_dtype if mac_dtype in INT_TYPES else "int8"
-    if n.op_type in QDQ_FUSED and len(n.input) >= 2 and all(_dequantized(g, t) for t in n.input[:2]):
+    types = [_dequantized(g, t) for t in n.input[:2]] if n.op_type in QDQ_FUSED and len(n.input) >= 2 else [None]
+    if all(types):
         cons = [g.op_types[c] for o in n.output for c in g.consumers.get(o, ())]
         if n.op_type == "MatMul" or (cons and all(c == "QuantizeLinear" for c in cons)):
-            return "int8"
+            return types[1]
     return dtype
 
 
