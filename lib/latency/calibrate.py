@@ -389,6 +389,8 @@ def kernel_step(a, host: dict) -> None:
     res = ck.calibrate_kernels(host, quick=a.quick, threads=a.threads)
     for k, (old, new) in res["raised"].items():
         print(f"  {k} raised to what a kernel reached: {old:.4g} -> {new:.4g}")
+    for k, (now, kept) in res["kept"].items():
+        print(f"  {k} kept at the previous calibration's {kept:.4g} on this CPU (measured {now:.4g} now)")
     if a.dry_run:
         return
     update_host_file(Path(a.host), ck.host_values(res["host"]))
