@@ -352,6 +352,17 @@ def test_a_calibration_never_writes_a_bound_below_the_previous_one_on_the_same_c
     assert out["peak_flops_per_s"]["float16"] == 1.4e11           # not measured now: the file's line stays
 
 
+def test_the_fma_ceiling_needs_the_maximum_clock(tmp_path):
+    """/proc/cpuinfo's "cpu MHz" is not a maximum (2445 MHz on an EPYC VM whose convs reached 166 GFLOP/s, past
+    the 156.5 that clock gives): the ceiling comes from cpufreq's maximum or not at all."""
+    from lib.latency.host_probe import fma_ceiling, max_mhz
+    (tmp_path / "max").write_text("3500000\n")
+    assert max_mhz(tmp_path / "max") == 3500.0 and max_mhz(tmp_path / "absent") is None
+    cpu = {"cores": 2, "flags": ["avx2", "fma"]}
+    assert fma_ceiling({**cpu, "mhz": None}) is None
+    assert fma_ceiling({**cpu, "mhz": 3500.0})["float"] == 2 * 3500e6 * 2 * 8 * 2
+
+
 def test_training_model_names_carry_a_batch_only_on_a_training_model():
     """<model>_b<N> is a training model at batch N; efficientnet_b0 is torchvision's model, not 'efficientnet' at
     batch 0 (that parse left it unbuilt on a fresh clone)."""

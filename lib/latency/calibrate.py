@@ -68,6 +68,8 @@ def measure_triad(mib_per_array: int = 256, repeats: int = 5) -> float:
 def _fmt(val) -> str:
     """YAML text of a value: strings quoted, ints as they are, floats in 4 digits with a decimal point (YAML
     reads 2e+10 as a string, 2.0e+10 as a number)."""
+    if val is None:
+        return "null"
     if isinstance(val, str):
         return f'"{val}"'
     if isinstance(val, int):

@@ -271,7 +271,8 @@ def host_values(host: dict) -> dict:
     out = {"name": host["name"], "cpu_model": host["cpu_model"], "cpu_cores": int(host["cpu_cores"]),
            **{f"peak_flops_per_s.{k}": float(peaks[k]) for k in ("default", "float", "float16", "int8", "uint8")
               if k in peaks},
-           **{f"fma_ceiling_flops_per_s.{k}": float(fma[k]) for k in ("float", "int8") if k in fma},
+           # unknown (no maximum clock): null, not the last host's figure
+           **{f"fma_ceiling_flops_per_s.{k}": float(fma[k]) if k in fma else None for k in ("float", "int8")},
            **{f"caches_bytes.{k}": int(v) for k, v in host["caches_bytes"].items() if k in LEVELS},
            **{f"bandwidth_bytes_per_s.{k}": float(v) for k, v in host["bandwidth_bytes_per_s"].items()}}
     out["peak_flops_per_s.default"] = max(out.get("peak_flops_per_s.default", 0.0), out.get("peak_flops_per_s.float", 0.0))
