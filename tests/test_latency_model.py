@@ -44,21 +44,21 @@ def test_fit_recovers_known_parameters():
     assert got["f_half"] == pytest.approx(P_CONV["f_half"], rel=0.25)
 
 
-def test_efficiency_is_held_below_the_smallest_training_kernel():
-    """A steep fit (gamma 2.6) trained from 200k FLOPs up is not extrapolated to a 1,024-FLOP QuantizeLinear:
-    e(F) there is e(f_min), so its compute time is 1024 / (P e(2e5)), not the 0.6 s the curve gives (a QDQ
-    ResNet's baseline was 20x its time)."""
+def test_compute_time_never_falls_as_the_work_grows():
+    """With gamma > 1, F / (P e(F)) rises again below F* = f_half (gamma - 1)^(1/gamma), without bound: a steep
+    QuantizeLinear fit (gamma 2.6) put a 1,024-FLOP node at 150 ms and a QDQ ResNet at 20x its time. Below F* the
+    compute time is the time at F*; above it, and for gamma <= 1, the formula as it is."""
     p = {"overhead_us": 1.0, "e_max": 1.0, "f_half": 1e6, "gamma": 2.6, "m": 1.0}
-    f, b, peak = np.array([1024.0, 4e5]), np.zeros(2), np.full(2, 1e11)
-    e_at = lambda x: 1.0 / (1.0 + (1e6 / x) ** 2.6)      # noqa: E731
-    wild = lm.model_time(p, f, b, peak, BW)
-    held = lm.model_time({**p, "f_min": 2e5}, f, b, peak, BW)
-    assert wild[0] == pytest.approx(1.0 + 1024 / (1e11 * e_at(1024)) * 1e6) and wild[0] > 5e5
-    assert held[0] == pytest.approx(1.0 + 1024 / (1e11 * e_at(2e5)) * 1e6) and held[0] < 2.0
-    assert held[1] == wild[1]                             # inside the trained range: unchanged
-    d = pd.DataFrame({"flops": [0.0, 3e5, 1e6, 4e6], "_bytes": [1e4] * 4, "_peak": [1e11] * 4,
-                      "t_fit_us": [2.0, 6.0, 15.0, 50.0]})
-    assert lm.fit_rows_(d, "t_fit_us", BW)["f_min"] == 3e5
+    tc = lambda f: f / (1e11 / (1.0 + (1e6 / f) ** 2.6)) * 1e6      # noqa: E731 - the formula's compute term, us
+    star = 1e6 * 1.6 ** (1 / 2.6)
+    f = np.array([1024.0, star / 2, star, 4e6])
+    t = lm.model_time(p, f, np.zeros(4), np.full(4, 1e11), BW)
+    assert tc(1024.0) > 1e5                               # what the formula alone gives: 0.6 s
+    np.testing.assert_allclose(t, 1.0 + np.array([tc(star), tc(star), tc(star), tc(4e6)]), rtol=1e-9)
+    assert np.all(np.diff(lm.model_time(p, np.geomspace(1, 1e9, 200), np.zeros(200), np.full(200, 1e11), BW)) >= -1e-9)
+    flat = {**p, "gamma": 0.8}                            # gamma <= 1: monotone already, unchanged
+    assert lm.model_time(flat, f[:1], np.zeros(1), np.full(1, 1e11), BW)[0] == pytest.approx(
+        1.0 + 1024.0 / (1e11 / (1.0 + (1e6 / 1024.0) ** 0.8)) * 1e6)
 
 
 def test_fit_is_robust_to_a_few_outliers_and_zero_flop_classes():

@@ -11,9 +11,10 @@ type and its memory bandwidth W):
   f_half FLOPs, e_max for large kernels; gamma sets how sharply (gamma = 1 is exactly "a fixed start-up
   cost plus a rate", smaller is a slower rise, as with thread-level parallelism that grows with the work);
 - m: the fraction of the memory bandwidth the kernel reaches when it is bound by data movement.
-Below the smallest training kernel's work (`f_min`, stored beside them) e(F) is held at e(f_min), not
-extrapolated: a steep fit for QuantizeLinear (gamma 2.6, trained from 200k FLOPs up) gave a 1,024-FLOP one
-of a QDQ ResNet 0.000006% of the peak, 150 ms, and the whole model 20x its time.
+The compute time F / (P e(F)) never falls as F grows: with gamma > 1 it has its minimum at
+F* = f_half (gamma - 1)^(1/gamma) and rises again below it, without bound (a steep QuantizeLinear fit, gamma
+2.6, put a 1,024-FLOP node of a QDQ ResNet at 150 ms and the whole model at 20x its time), so below F* it is
+the time at F*.
 Five numbers per key, fitted by least squares on log time (relative error; a robust Huber loss, since
 timings on a shared machine have outliers) with weak priors that keep a parameter the data cannot see
 (e.g. e_max of a pure copy) at a neutral value.
@@ -168,10 +169,11 @@ def _terms(p: dict, flops, nbytes, peak, bw: float) -> tuple[np.ndarray, np.ndar
     flops/bytes drop their term."""
     f = np.nan_to_num(np.asarray(flops, float))
     b = np.nan_to_num(np.asarray(nbytes, float))
+    g = p["gamma"]
+    fc = np.maximum(f, p["f_half"] * (g - 1.0) ** (1.0 / g) if g > 1.0 else 1e-30)   # F* (module docstring)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        at = np.maximum(f, max(float(p.get("f_min") or 0.0), 1e-30))      # never extrapolated below f_min
-        eff = p["e_max"] / (1.0 + np.power(p["f_half"] / at, p["gamma"]))
-        tc, tm = device_terms(f, b, peak, bw, eff, p["m"], scale=1e6)    # lib/analysis/device_time.py
+        eff = p["e_max"] / (1.0 + np.power(p["f_half"] / fc, g))
+        tc, tm = device_terms(fc, b, peak, bw, eff, p["m"], scale=1e6)    # lib/analysis/device_time.py
     return np.where(f > 0, tc, 0.0), tm
 
 
@@ -531,8 +533,6 @@ def fit_rows_(d: pd.DataFrame, target: str, bw: float) -> dict:
     p = fit_key(d["flops"].to_numpy(float), d["_bytes"].to_numpy(float), d["_peak"].to_numpy(float), bw,
                 d[target].to_numpy(float))
     p["n_train"] = int(len(d))
-    f = d["flops"].to_numpy(float)
-    p["f_min"] = float(f[f > 0].min()) if (f > 0).any() else 0.0
     return p
 
 
@@ -636,8 +636,7 @@ def model_document(model: LatencyModel, meta: dict) -> dict:
     params = {}
     for k in sorted(model.params, key=lambda s: (s == "default", s)):
         p = model.params[k]
-        params[k] = {**{n: _num(p[n]) for n in PARAMS}, "f_min": _num(float(p.get("f_min") or 0.0)),
-                     "n_train": int(p.get("n_train", 0)),
+        params[k] = {**{n: _num(p[n]) for n in PARAMS}, "n_train": int(p.get("n_train", 0)),
                      "fit_error": p.get("fit_error", {})}
     return {"format": FORMAT, **meta, "dispatch": {k: _num(float(v)) for k, v in model.dispatch.items()
                                                    if k in ("fixed_us", "per_kernel_us")},
