@@ -44,6 +44,8 @@ SPECS = {  # derived models: (source model, transform)
     "bert_small_dyn": ("bert_small", "dynamic"), "gpt2_small_dyn": ("gpt2_small", "dynamic"),
     "resnet18_dynu8": ("resnet18", "dynamic_u8"),      # uint8 weights: ORT's u8u8 ConvInteger (older exports)
     "resnet18_fp16": ("resnet18", "fp16"), "bert_small_fp16": ("bert_small", "fp16"),
+    # not a training model: bench/qdq_weights.py checks the prediction of a QDQ model with uint8 weights on it
+    "resnet18_qdq_u8": ("resnet18", "qdq_u8"),
 }
 
 
@@ -215,7 +217,8 @@ def _transform(src: Path, dst: Path, how: str) -> Path:
 
             def get_next(self):
                 return next(self.data, None)
-        quantize_static(str(tmp), str(dst), Reader(), quant_format=QuantFormat.QDQ, weight_type=QuantType.QInt8,
+        quantize_static(str(tmp), str(dst), Reader(), quant_format=QuantFormat.QDQ,
+                        weight_type=QuantType.QUInt8 if how == "qdq_u8" else QuantType.QInt8,
                         activation_type=QuantType.QUInt8)
     tmp.unlink()
     return dst
