@@ -303,7 +303,9 @@ def test_a_partition_that_sends_nothing_runs_whole_on_one_device():
     assert dag.runs_whole_on(a, cg, on_a("branch_a")) is None              # a crosses
     d = {"runs_whole_on": "B", "est_latency_us": 1500.0, "n_left": 2, "n_right": 3,
          "gain_vs_best_boundary": {"boundary": 0, "est_latency_us": 1600.0}}
-    assert dag_line(d).startswith("DAG optimum (min cut): the model runs whole on B, 1.500 ms (the 2 nodes it leaves on A")
+    assert dag_line(d).startswith("DAG optimum (min cut): the model runs whole on B, 1.500 ms (2 nodes on A, which send "
+                                  "nothing and compute no output")
+    assert "(1 node on A, which sends nothing and computes no output" in dag_line({**d, "n_left": 1})
 
 
 def test_a_dag_optimum_that_sends_nothing_is_not_exported(tmp_path):

@@ -74,9 +74,11 @@ def dag_line(d: dict | None, skipped: str | None = None) -> str:
     g = d["gain_vs_best_boundary"]
     if d.get("runs_whole_on"):
         other = "A" if d["runs_whole_on"] == "B" else "B"
+        n = d['n_left'] if other == 'A' else d['n_right']
         return (f"DAG optimum (min cut): the model runs whole on {d['runs_whole_on']}, {d['est_latency_us'] / 1e3:.3f} ms "
-                f"(the {d['n_left'] if other == 'A' else d['n_right']} nodes it leaves on {other} send nothing and compute no output; "
-                f"nothing to export); best boundary b{g['boundary']} {g['est_latency_us'] / 1e3:.3f} ms")
+                f"({n} node{'s' if n != 1 else ''} on {other}, which {'send' if n != 1 else 'sends'} nothing and "
+                f"{'compute' if n != 1 else 'computes'} no output; nothing to export); best boundary b{g['boundary']} "
+                f"{g['est_latency_us'] / 1e3:.3f} ms")
     return (f"DAG optimum (min cut): {d['est_latency_us'] / 1e3:.3f} ms, {d['n_left']} nodes on A, {d['n_cut_tensors']} "
             f"cut tensors ({d['comm_bytes'] / 1024:.1f} KiB), {'a prefix (b%d)' % d['prefix_boundary'] if d['is_prefix'] else 'not a prefix'}; "
             f"vs best boundary b{g['boundary']} {g['est_latency_us'] / 1e3:.3f} ms (x{g['ratio'] or 0:.3f}), "
