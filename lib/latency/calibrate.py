@@ -348,6 +348,7 @@ def main(argv=None):
         raise StageError(f"--system {a.system} not found")
     if a.passes is not None and a.passes < 1:
         raise StageError("--passes must be >= 1")
+    previous = load_host(a.host)      # before step 1 rewrites its fp32 peak: what best_of_before compares with
     matmul_n = a.matmul_n or (1024 if a.quick else 2048)
     triad_mib = a.triad_mib or (64 if a.quick else 256)
     if a.fit_only:
@@ -381,14 +382,14 @@ def main(argv=None):
                                 in_model=not (a.quick or a.skip_in_model))
         print(f"[baseline efficiency model] {time.perf_counter() - t0:.1f} s", flush=True)
     if not a.skip_kernel_model:
-        kernel_step(a, host)
+        kernel_step(a, host, previous)
     print(f"make calibrate: {time.perf_counter() - t_start:.0f} s in all", flush=True)
 
 
-def kernel_step(a, host: dict) -> None:
+def kernel_step(a, host: dict, previous: dict) -> None:
     """The kernel model (lib/latency/calibrate_kernels.py): host probe, training models, LOFO, fit; host.yaml's
     calibrated lines and the latency model file's kernel_model section written."""
-    res = ck.calibrate_kernels(host, quick=a.quick, threads=a.threads)
+    res = ck.calibrate_kernels(host, quick=a.quick, threads=a.threads, before=previous)
     for k, (old, new) in res["raised"].items():
         print(f"  {k} raised to what a kernel reached: {old:.4g} -> {new:.4g}")
     for k, (now, kept) in res["kept"].items():

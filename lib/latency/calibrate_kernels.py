@@ -230,11 +230,12 @@ def probe_again(host: dict, quick: bool, threads: int) -> dict:
     return {**again, "bandwidth_bytes_per_s": bws}
 
 
-def calibrate_kernels(host: dict, quick: bool = False, threads: int = 0, runs: int = 10) -> dict:
-    """Steps 1-6 of the module docstring. Returns {"host", "model", "lofo", "scores", "raised", "kept", "steps",
-    "records"}."""
+def calibrate_kernels(host: dict, quick: bool = False, threads: int = 0, runs: int = 10,
+                      before: dict | None = None) -> dict:
+    """Steps 1-6 of the module docstring; `before`: the host file as it was before this calibration (default
+    host). Returns {"host", "model", "lofo", "scores", "raised", "kept", "steps", "records"}."""
     step = Steps()
-    before = host
+    before = before or host
     # the probe starts from its own figures: maxed with the file's (headroom included) they grew 1.15x per
     # calibration up to the FMA ceiling, and past any bound on a CPU without one; best_of_before compares at the end
     fresh = {k: v for k, v in host["peak_flops_per_s"].items() if k not in CALIBRATED_PEAKS}
