@@ -3,7 +3,7 @@
 ORT merges nodes that always compute the same value: same op and attributes, and inputs that are the same
 tensor or equal constants. Consumers of the removed node then read the survivor's output. A removed node runs no
 kernel, so the attribution must not walk into it: an Inception export whose weights are all ConstantOfShape
-zeros has identical 1x1 convs on one input, and the walk back from the next Concat kernel took the removed conv
+fills has identical 1x1 convs on one input, and the walk back from the next Concat kernel took the removed conv
 (and its FLOPs) as that Concat's anchor.
 
 Equal values are found by value numbering, as ORT does: a graph input is equal only to itself; a constant
@@ -23,8 +23,6 @@ import onnx
 from lib.onnx.graph import CONTROL_FLOW, RANDOM_OPS, Graph
 
 NEVER_MERGED = RANDOM_OPS | CONTROL_FLOW
-
-
 SHARED_ELEMENTS = 8      # constants this small are equal by value (ORT's constant sharing); larger: by name
 
 
