@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from _models import REPO, Printed, parser
+from _models import REPO, Printed, parser, refuse
 
 sys.path.insert(0, str(REPO))
 
@@ -31,8 +31,12 @@ def main():
     p = parser(__doc__, recorded=True)
     p.add_argument("--rounds", type=int, default=3, help="profiled rounds of 10 runs per model (default 3)")
     a = p.parse_args()
+    if a.rounds < 1:
+        refuse("--rounds must be 1 or more")
     host = load_host(REPO / "configs" / "host.yaml")
     km = load_kernel_model(REPO / "configs" / "latency_model.yaml")
+    if km is None:
+        refuse("no kernel model in configs/latency_model.yaml: run make calibrate first")
     out = Printed()
     out(f"{'model':18s} {'weights':7s} {'measured ms':>11s} {'predicted ms':>12s} {'error':>6s} {'typed int8 ms':>13s} {'error':>6s}")
     for name, weights in (("resnet18_qdq", "int8"), ("resnet18_qdq_u8", "uint8")):
