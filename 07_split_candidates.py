@@ -18,9 +18,10 @@ from lib.split.boundary_sweep import sweep_columns, sweep_frame
 from lib.onnx.inputs import InputSpec
 from lib.onnx.loading import analysed_arrays
 from lib.provenance import stamp
-from lib.split.ranking import (add_costs, baselines, device_factors, feasibility_reasons, host_prediction, pareto_table,
-                               print_summary, prune_and_rank, pruning_summary, ranking_overrides, split_model, split_summary,
-                               write_latex, PROFILE_COLUMNS)
+from lib.latency.predict import model_kernels
+from lib.split.ranking import (add_costs, baselines, device_factors, feasibility_reasons, host_prediction,
+                               needs_kernels, pareto_table, print_summary, prune_and_rank, pruning_summary,
+                               ranking_overrides, split_model, split_summary, write_latex, PROFILE_COLUMNS)
 from lib.split.partitions import beyond_boundaries, beyond_lines
 from lib.split.system import load_system
 
@@ -54,7 +55,8 @@ def main(argv=None):
                                                 "latency_us"), only=PROFILE_COLUMNS)
     measured = metas["merge_meta.json"]["latency_source"] == "measured"
     latency = prof["latency_us"].to_numpy(float) if measured else None
-    [device_factors(prof, dev) for dev in system["devices"].values()]     # the device models (cached)
+    kernels = model_kernels(a.rdir, a.model, spec, measured, len(prof)) if needs_kernels(system) else None
+    [device_factors(prof, dev, kernels) for dev in system["devices"].values()]     # the device models (cached)
     df = add_costs(df, prof, latency, system, arrays)
     df = prune_and_rank(df, system, feasibility_reasons(a.feasibility, a.feasibility_arch,
                                                         res.identity("metrics_meta.json")) if a.feasibility else None)

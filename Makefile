@@ -47,7 +47,7 @@ $(shell mkdir -p $(R); printf '%s\n' "$(SPEC_TEXT)" | cmp -s - $(SPEC_STAMP) || 
 $(shell printf '%s\n' "$(PROFILE_TEXT)" | cmp -s - $(PROFILE_STAMP) || printf '%s\n' "$(PROFILE_TEXT)" > $(PROFILE_STAMP))
 endif
 
-.PHONY: all test calibrate sweep clean venv help fx zoo
+.PHONY: all test calibrate calibrate-device sweep clean venv help fx zoo
 .DELETE_ON_ERROR:
 
 all: $(R)/report.html
@@ -60,6 +60,7 @@ help:
 	@echo "make all HAILO=1             ... with stage 10's Hailo check pruning split candidates (07 -> 10 -> 07)"
 	@echo "make fx [TORCH_MODEL=resnet18]  stage 09: FX characterize, fuse, concurrency, hardware mapping + plot"
 	@echo "make calibrate               measure this host's peak FLOP/s and bandwidth into $(HOST), fit $(LATENCY_MODEL)"
+	@echo "make calibrate-device SCHEDULER=tcp://h:8786 DEVICE_DIR=configs/devices/npu RESOURCES=npu=1  the same on a Dask worker"
 	@echo "make sweep MODEL=m.onnx [BATCHES=\"1 2 4 8 16\"] [ROUNDS=3]  measured vs predicted latency per batch -> sweep.csv"
 	@echo "make zoo ZOO=zoo.yaml [ENGINE=dask SCHEDULER=tcp://host:8786] [JOBS=2]  every model of a zoo file -> results/zoo.csv"
 	@echo "make clean                   remove results/ and models/"
@@ -130,6 +131,11 @@ fx: | $(VENV)
 
 calibrate: | $(VENV)
 	$(PY) -m lib.latency.calibrate --host $(HOST) --system $(SYSTEM) --out $(LATENCY_MODEL)
+
+# the same calibration on another device, through a Dask worker running on it (docs/latency-model.md)
+RESOURCES ?= host_cpu=1
+calibrate-device: | $(VENV)
+	$(PY) -m lib.latency.calibrate --scheduler $(SCHEDULER) --device-dir $(DEVICE_DIR) --resources $(RESOURCES)
 
 # measured and predicted latency, throughput and arithmetic intensity per batch -> results/<stem>/sweep.csv + plot
 BATCHES ?= 1 2 4 8 16

@@ -57,6 +57,26 @@ def system_yaml(path, a_model=None, **ranking):
     return path
 
 
+def latency_model_copy(folder, kernel_model: bool = True):
+    """configs/latency_model.yaml copied into folder: with its kernel model (the LightGBM file beside it, its
+    host figures those of configs/host.yaml, which 03 predicts this host with), or without (a device file of the
+    efficiency model only)."""
+    import shutil
+    import yaml
+    from lib.host import load_host
+    from lib.latency.kernel_model import HOST_FIGURES
+    doc = yaml.safe_load((REPO / "configs" / "latency_model.yaml").read_text())
+    if kernel_model:
+        shutil.copy(REPO / "configs" / doc["kernel_model"]["file"], Path(folder) / doc["kernel_model"]["file"])
+        host = load_host(REPO / "configs" / "host.yaml")
+        doc["kernel_model"]["host"] = {k: host[k] for k in HOST_FIGURES if k in host}
+    else:
+        doc.pop("kernel_model", None)
+    out = Path(folder) / "latency_model.yaml"
+    out.write_text(yaml.safe_dump(doc))
+    return out
+
+
 def costs(model, rdir, *args):
     """Stages 02 and 03 (roofline only) on a model: what 04-10 need first."""
     for stage, extra in (("02_shapes_flops_bytes.py", ["--model", model, *args]), ("03_merge_profile_metrics.py", [])):

@@ -135,6 +135,20 @@ def test_a_kernel_that_starts_with_shape_reads_the_shape_vector():
     assert row["act_in_bytes"] == 32 and row["act_out_bytes"] == 8 and row["bytes"] == 40 and row["node"] == "gather"
 
 
+def test_a_constant_folded_into_a_kernel_reads_nothing(tmp_path):
+    """Paddle's hard-swish writes x + 3 as a Constant node and an Add: ORT folds the Constant into the Add kernel,
+    which still reads x and writes its sum: 2 x 8x24x96 x 4 bytes plus the 4-byte constant (it was charged the
+    output alone: the group's first node, the Constant, reads nothing)."""
+    nodes = [helper.make_node("Constant", [], ["three"], name="three",
+                              value=numpy_helper.from_array(np.array(3.0, np.float32))),
+             helper.make_node("Add", ["x", "three"], ["y"], name="add")]
+    make_model(nodes, [tensor("x", [1, 8, 24, 96])], [tensor("y", [1, 8, 24, 96])], [], path=tmp_path / "c.onnx")
+    r = profile_record(tmp_path / "c.onnx", "c", "t", load_host("configs/host.yaml"), runs=2, warmup=1)
+    for kt in (r["kernels"], kernel_table(r["graph"], r["metrics"], r["optimized"])):
+        add = kt.set_index("op").loc["Add"]
+        assert add["nodes"] == "three;add" and add["bytes"] == 2 * 8 * 24 * 96 * 4 + 4, add.to_dict()
+
+
 def qdq_conv(path, quantize_output=True, weights=np.int8):
     """DequantizeLinear(x uint8), DequantizeLinear(W int8, or `weights`) -> Conv [-> QuantizeLinear]."""
     s, z8, zu = (numpy_helper.from_array(np.array(v, dtype=t), n) for v, t, n in

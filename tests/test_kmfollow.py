@@ -14,13 +14,13 @@ import pytest
 import yaml
 from onnx import helper
 
-from conftest import REPO, make_model, run_stage, system_yaml, tensor, weight
+from conftest import REPO, latency_model_copy, make_model, run_stage, system_yaml, tensor, weight
 from lib.analysis.roofline import node_bytes
 from lib.latency.kernels import kernel_table
-from lib.latency.predict import baseline_host
 from lib.latency.profiling import latency_table, profile_model
 from lib.onnx.loading import graph_of
 from lib.onnx.metrics import node_metrics
+from lib.split import ranking
 
 
 def mlp_block(path):
@@ -64,10 +64,16 @@ def test_gemm_views_go_to_the_matmul(tmp_path):
     assert (views["flops"] == 0).all() and (views["bytes"] == 0).all() and set(views["node"]) == {"/fc1/MatMul", "/fc2/MatMul"}
 
 
+def _dense(v, n=None):
+    """split_model.json's per-node list (None: NaN) or its one number for every node."""
+    return np.array([np.nan if x is None else x for x in v], float) if isinstance(v, list) else float(v)
+
+
 def test_03_finds_no_contradiction_then_07_carries_interval_and_device_models(tmp_path):
-    """03 on the block: no roofline contradiction. 07 with a system whose B carries this host's latency model:
-    B's per-node times are that model's, A (no model) is the labelled roofline fallback, and 03's prediction
-    on this host comes with its interval."""
+    """03 on the block: no roofline contradiction. 07 with a system whose B carries this host's latency model
+    (as `make calibrate` on B would write it, its kernel model saved with its host figures): B's per-node times
+    are that kernel model's, summing to 03's session prediction less its per-session constant; A (no model) is the
+    labelled roofline fallback, and 03's prediction on this host comes with its interval."""
     mlp_block(tmp_path / "m.onnx")
     rdir = tmp_path / "res"
     for stage in ("02_shapes_flops_bytes.py", "01_profile_onnx.py", "03_merge_profile_metrics.py"):
@@ -77,13 +83,10 @@ def test_03_finds_no_contradiction_then_07_carries_interval_and_device_models(tm
     assert json.loads((rdir / "merge_meta.json").read_text())["roofline_contradictions"]["nodes"] == 0
     lat = pd.read_csv(rdir / "ops_latency.csv").set_index("node")
     assert lat.loc["/fc1/MatMul", "attribution"] == "kernel" and lat.loc["/fc1/Add", "attribution"] == "fused"
-    lm = REPO / "configs" / "latency_model.yaml"
-    host = baseline_host(yaml.safe_load((REPO / "configs" / "host.yaml").read_text()), lm)   # the figures lm fitted
+    lm = latency_model_copy(tmp_path)
     sysfile = system_yaml(tmp_path / "system.yaml")
     doc = yaml.safe_load(sysfile.read_text())
-    peak = host["peak_flops_per_s"]
-    doc["devices"]["B"].update(latency_model=str(lm), mem_bw_bytes_per_s=host["mem_bw_bytes_per_s"],
-                               peak_flops_per_s=peak["default"] if isinstance(peak, dict) else peak)
+    doc["devices"]["B"].update(latency_model=str(lm))
     sysfile.write_text(yaml.safe_dump(doc))
     r = run_stage("07_split_candidates.py", "--model", tmp_path / "m.onnx", "--results", rdir, "--system", sysfile,
                   "--min-compute-share", "0")
@@ -93,12 +96,19 @@ def test_03_finds_no_contradiction_then_07_carries_interval_and_device_models(tm
     hp = summ["host_prediction"]
     assert hp["predicted_latency_us"] == meta["predicted_latency_us"] and hp["prediction_interval_us"] == meta["interval_us"]
     assert "interval" in r.stdout
-    assert summ["device_b"]["time_source"] == f"latency model ({lm})"
+    assert summ["device_b"]["time_source"] == f"kernel model ({lm})"
     assert summ["device_a"]["time_source"].startswith("roofline (fallback")
     prof = pd.read_csv(rdir / "ops_profile.csv")
-    # B is this host with its latency model: all-on-B is 03's per-node prediction with the same model and figures
-    assert summ["all_on_b_us"] == pytest.approx(float(prof["t_pred_us"].sum()), rel=1e-9)
+    # B is this host with its kernel model: all-on-B is 03's prediction with the same model and figures
+    c_us = yaml.safe_load(lm.read_text())["kernel_model"]["overhead"]["c_us"]
+    assert meta["predicted_by"] == "kernel model"
+    assert summ["all_on_b_us"] == pytest.approx(meta["predicted_latency_us"] - c_us, rel=1e-9)
     roof = np.maximum(prof["flops"].fillna(0) / 2e11, node_bytes(prof).fillna(0) / 2e10).sum() * 1e6
     assert summ["all_on_a_us"] == pytest.approx(float(roof), rel=1e-9)       # A: the plain roofline
     model = json.loads((rdir / "split_model.json").read_text())["devices"]
-    assert model["B"]["time_source"].startswith("latency model") and model["A"]["time_source"].startswith("roofline")
+    assert model["B"]["time_source"].startswith("kernel model") and model["A"]["time_source"].startswith("roofline")
+    # the what-if's factors give back the same times at B's figures
+    b = model["B"]
+    t = ranking.modelled_times(prof["flops"].fillna(0).to_numpy(), node_bytes(prof).to_numpy(), b["peak_flops_per_s"],
+                               b["mem_bw_bytes_per_s"], _dense(b["ec"]), _dense(b["em"]), _dense(b["ovh_us"]))
+    assert float(t.sum()) == pytest.approx(summ["all_on_b_us"], rel=1e-6)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from onnx import helper, shape_inference
 
-from conftest import REPO, costs, make_model, run_stage, system_yaml, tensor, weight
+from conftest import REPO, costs, latency_model_copy, make_model, run_stage, system_yaml, tensor, weight
 from lib.split.ranking import device_factors, modelled_times, pareto_front, pareto_layers
 
 
@@ -261,14 +261,15 @@ def test_every_boundary_pruned_exits_0_with_no_candidate(tmp_path):
 
 
 def test_a_device_with_a_latency_model_uses_its_prediction(tmp_path):
-    """Device A modelled by the calibrated latency model: all-on-A is 03's predicted session (same model, same
-    host figures), and every boundary's t_dev_a_us is the prefix sum of t_pred_us."""
+    """Device A modelled by a latency model file without a kernel model (the efficiency model only): all-on-A is
+    03's per-node baseline (same model, same host figures), and every boundary's t_dev_a_us is the prefix sum of
+    t_pred_us."""
     import yaml
     from lib.latency.latency_model import load_latency_model
     from lib.latency.predict import baseline_host
     model = tmp_path / "skip.onnx"
     skip_model(model)
-    lm = REPO / "configs" / "latency_model.yaml"
+    lm = latency_model_copy(tmp_path, kernel_model=False)
     host = yaml.safe_load((REPO / "configs" / "host.yaml").read_text())
     costs(model, tmp_path)
     sysfile = system_yaml(tmp_path / "system.yaml", a_model=lm)

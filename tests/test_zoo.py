@@ -2,6 +2,7 @@
 stopped by pid), one worker killed mid-run, the local engine, the content keys, bad input."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -17,8 +18,10 @@ import pytest
 import yaml
 from onnx import helper
 
-from conftest import REPO, make_model, run_stage, tensor, weight
+from conftest import REPO, costs, make_model, run_stage, system_yaml, tensor, weight
 from lib.errors import StageError
+from lib.host import load_host
+from lib.latency.kernel_model import load_kernel_model
 from lib.report.page import BROWSER_ARGS, build_index
 from lib.zoo.engines import stop_process_group
 from lib.zoo.remote import error_line
@@ -123,6 +126,51 @@ def cluster(tmp_path_factory):
     finally:
         for p in reversed(procs):
             stop(p)
+
+
+def test_calibrate_device_on_a_dask_worker_gives_07_its_kernel_model(zoo, cluster, tmp_path):
+    """make calibrate-device: the calibration (--quick) runs on the worker offering the resource, and the device's
+    host file, latency model and kernel model (saved with the host figures it was fitted against) come back into
+    --device-dir, this host's files untouched; 07 then models that device with its kernel model. A resource no
+    worker offers, or --scheduler without --device-dir, is a one-line error."""
+    addr, _ = cluster
+    dev, before = tmp_path / "npu", (REPO / "configs" / "host.yaml").read_bytes()
+    base = [sys.executable, "-m", "lib.latency.calibrate", "--scheduler", addr, "--work-root", str(tmp_path / "work")]
+    r = subprocess.run([*base, "--quick", "--device-dir", str(dev)], cwd=REPO, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (REPO / "configs" / "host.yaml").read_bytes() == before
+    assert "make calibrate: " in (dev / "calibrate.log").read_text()
+    km = load_kernel_model(dev / "latency_model.yaml")
+    host = load_host(dev / "host.yaml")
+    assert km.host["peak_flops_per_s"] == host["peak_flops_per_s"]
+    assert km.host["bandwidth_bytes_per_s"] == host["bandwidth_bytes_per_s"]
+    assert km.host["caches_bytes"] == host["caches_bytes"]
+    model, rdir = tmp_path / "conv.onnx", tmp_path / "res"
+    conv_net(model)
+    costs(model, rdir, "--shape-override", "x=1x3x8x8")
+    sysfile = system_yaml(tmp_path / "system.yaml")
+    doc = yaml.safe_load(sysfile.read_text())
+    doc["devices"]["B"]["latency_model"] = str(dev / "latency_model.yaml")
+    sysfile.write_text(yaml.safe_dump(doc))
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", rdir, "--system", sysfile,
+                  "--shape-override", "x=1x3x8x8", "--min-compute-share", "0")
+    assert r.returncode == 0, r.stderr
+    summ = json.loads((rdir / "split_summary.json").read_text())
+    assert summ["device_b"]["time_source"] == f"kernel model ({dev / 'latency_model.yaml'})" and summ["all_on_b_us"] > 0
+    for extra, says in ((["--resources", "npu=1", "--device-dir", str(dev)], "no Dask worker offers resource npu"),
+                        ([], "--scheduler and --device-dir go together")):
+        r = subprocess.run([*base, "--quick", *extra], cwd=REPO, capture_output=True, text=True, timeout=120)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and says in lines[0], r.stderr
+
+
+def test_calibrate_device_resources_are_name_number_pairs():
+    from lib.latency.calibrate import resources_of
+    assert resources_of("npu=1, host_cpu=0.5") == {"npu": 1.0, "host_cpu": 0.5}
+    for bad in ("npu", "npu=one", "=1", ""):
+        with pytest.raises(StageError, match="--resources"):
+            resources_of(bad)
 
 
 def test_dask_zoo_completes_when_a_worker_dies_mid_run(zoo, cluster, tmp_path):

@@ -11,6 +11,10 @@ settings and profiling code, costed with stage 02's code, and a per-op-class eff
 their kernel times; its error per class is printed on the training shapes and on held-out shapes never used
 in the fit. `--skip-micro` does the peak/bandwidth part only (the old behaviour); `--quick` is a small
 version for tests (~20 s; its figures are not meant to be used).
+
+Another device (`make calibrate-device`): with --scheduler and --device-dir, the same command runs as a task of a
+Dask cluster on the worker that offers --resources (a worker started on the device, from its project root), and
+the device's host.yaml, latency_model.yaml and latency_kernel_model.txt come back into --device-dir.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import contextlib
 import os
 import platform
 import re
+import shutil
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -36,6 +41,8 @@ from lib.latency import microbench as mb
 from lib.latency.host_probe import cpu_description
 from lib.latency.sweep import run_stages
 from lib.onnx.export_models import export_encoder, export_torchvision
+from lib.zoo.engines import calibrate_on, connect
+from lib.zoo.remote import unzip_into
 
 
 def measure_matmul(n: int = 2048, repeats: int = 5) -> float:
@@ -336,12 +343,71 @@ def _parser():
                    help="no efficiency model (the explainable baseline): the kernel model only")
     p.add_argument("--skip-kernel-model", action="store_true",
                    help="no kernel model (host probe, training models, leave-one-family-out, LightGBM fit)")
+    g = p.add_argument_group("another device, through a Dask worker running on it (make calibrate-device)")
+    g.add_argument("--scheduler", metavar="ADDR", help="run the calibration as a task of this Dask scheduler, on a "
+                   "worker offering --resources, and write what it made into --device-dir (this host's files and "
+                   "system.yaml are not touched)")
+    g.add_argument("--device-dir", metavar="DIR", help="with --scheduler: where the device's host.yaml, "
+                   "latency_model.yaml and latency_kernel_model.txt go (name DIR/latency_model.yaml as the device's "
+                   "latency_model: in configs/system.yaml)")
+    g.add_argument("--resources", default="host_cpu=1", metavar="K=V[,K=V]",
+                   help="the worker resources that select the device (default: %(default)s)")
+    g.add_argument("--work-root", default="results/.zoo-work", metavar="DIR",
+                   help="where the worker calibrates, relative to its project root (default: %(default)s)")
     return p
+
+
+DEVICE_FILES = ("host.yaml", "latency_model.yaml", ck.KERNEL_MODEL_FILE)
+
+
+def resources_of(text: str) -> dict[str, float]:
+    """'npu=1,host_cpu=1' -> {'npu': 1.0, 'host_cpu': 1.0}; anything else a one-line StageError."""
+    out = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        k, sep, v = item.partition("=")
+        try:
+            out[k.strip()] = float(v)
+        except ValueError:
+            sep = ""
+        if not sep or not k.strip():
+            raise StageError(f"--resources {text!r}: expected NAME=NUMBER[,NAME=NUMBER], e.g. npu=1")
+    if not out:
+        raise StageError("--resources is empty: name the device's worker resource, e.g. npu=1")
+    return out
+
+
+def on_device(a) -> None:
+    """--scheduler: the calibration on the Dask worker that offers --resources; its files into --device-dir."""
+    resources = resources_of(a.resources)
+    passed = [f for f, on in (("--quick", a.quick), ("--skip-baseline", a.skip_baseline),
+                              ("--skip-kernel-model", a.skip_kernel_model)) if on]
+    print(f"calibrating on a Dask worker of {a.scheduler} offering {a.resources} ...", flush=True)
+    client = connect(a.scheduler)
+    try:
+        rec = calibrate_on(client, resources, a.work_root, passed)
+    finally:
+        client.close()
+    if rec["rc"] != 0:
+        raise StageError(f"the calibration on {rec['host']} failed: {rec['error']}")
+    with tempfile.TemporaryDirectory(prefix="calibration_") as tmp:
+        unzip_into(rec["zip"], Path(tmp))
+        out = Path(a.device_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in DEVICE_FILES:
+            if (Path(tmp) / name).exists():
+                shutil.copy(Path(tmp) / name, out / name)
+        shutil.copy(Path(tmp) / "calibrate.log", out / "calibrate.log")
+    print(f"calibrated {rec['host']} in {rec['seconds']:.0f} s: wrote {', '.join(DEVICE_FILES)} and calibrate.log "
+          f"into {out}; name {out / 'latency_model.yaml'} as the device's latency_model: in configs/system.yaml")
 
 
 def main(argv=None):
     a = _parser().parse_args(argv)
     t_start = time.perf_counter()
+    if bool(a.scheduler) != bool(a.device_dir):
+        raise StageError("--scheduler and --device-dir go together: the device's worker, and where its files go")
+    if a.scheduler:
+        return on_device(a)
     if not Path(a.host).exists():
         raise StageError(f"host file {a.host} not found (restore configs/host.yaml from git)")
     if a.system and not Path(a.system).exists():

@@ -17,6 +17,9 @@ Session latency = (1 + a) x sum(kernels) + b x n_kernels + c, a, b, c >= 0 fitte
 squares on the training models' sessions (scipy nnls): the thread-pool start, dispatch and session overhead
 between kernels. The target is each model's kernel sum plus the median over its runs of the time outside the
 kernels (on a machine shared with other work that time also carries descheduled threads).
+
+The model is saved with the host figures its bounds were computed from (`host`): a model `make calibrate` wrote on
+another device predicts that device's kernels here (stage 07, lib/split/ranking.py).
 """
 from __future__ import annotations
 
@@ -47,6 +50,9 @@ ROUNDS = 400
 # one thread: LightGBM's OpenMP threads spin-wait, and on a machine shared with other work 2 threads were
 # measured 25x slower than 1 (127 s against 5.5 s for one fit)
 QUANTILES = (0.1, 0.9)
+# the host figures the bounds (so the features) are computed from: saved with the model, so that a model made by
+# `make calibrate` on another device predicts that device's kernels (lib/split/ranking.py)
+HOST_FIGURES = ("peak_flops_per_s", "caches_bytes", "bandwidth_bytes_per_s", "mem_bw_bytes_per_s")
 RESIDUAL_CAP = float(np.log(4.0))   # a held-out residual past 4x is a descheduled run on a shared machine, not the type
 
 
@@ -123,9 +129,10 @@ class KernelModel:
     """A fitted kernel model (see the module docstring); `families`: those it was trained on."""
 
     def __init__(self, booster: lgb.Booster, categories: dict, seen: list[str], residuals: dict,
-                 overhead: dict, families: list[str], threads: int):
+                 overhead: dict, families: list[str], threads: int, host: dict | None = None):
         self.booster, self.categories, self.seen = booster, categories, set(seen)
         self.residuals, self.overhead, self.families, self.threads = residuals, overhead, families, threads
+        self.host = host        # HOST_FIGURES it was fitted with (None: a file written before they were saved)
 
     @classmethod
     def fit(cls, records: list[dict], host: dict, threads: int = 0, rounds: int = ROUNDS) -> "KernelModel":
@@ -140,7 +147,8 @@ class KernelModel:
         booster = lgb.train(PARAMS, lgb.Dataset(_categorize(f, categories), y, weight=w,
                                                 categorical_feature=CATEGORICAL), num_boost_round=rounds)
         model = cls(booster, categories, sorted(set(kernel_type(kt))), {}, {"a": 0.0, "b_us": 0.0, "c_us": 0.0},
-                    sorted({r["family"] for r in records}), threads)
+                    sorted({r["family"] for r in records}), threads,
+                    {k: host[k] for k in HOST_FIGURES if k in host})
         model.residuals = residual_quantiles(kernel_type(kt), y - booster.predict(_categorize(f, categories)))
         sessions = [r for r in records if r.get("session_us")]
         if sessions:    # the kernels' sum plus the time between them (its lower quartile: contention only adds)
@@ -179,6 +187,7 @@ class KernelModel:
 
     def document(self, model_file: str) -> dict:
         return {"file": model_file, "families": self.families, "threads": self.threads, "overhead": self.overhead,
+                "host": _plain(self.host),
                 "categories": self.categories, "seen_kernel_types": sorted(self.seen),
                 "residual_quantiles": {k: [round(float(x), 4) for x in v] for k, v in sorted(self.residuals.items())}}
 
@@ -194,7 +203,17 @@ class KernelModel:
                              f"version computes: re-run make calibrate")
         return cls(booster, doc["categories"], doc["seen_kernel_types"],
                    {k: list(v) for k, v in doc["residual_quantiles"].items()}, doc["overhead"], doc["families"],
-                   int(doc.get("threads", 0)))
+                   int(doc.get("threads", 0)), doc.get("host"))
+
+
+def _plain(v, key: str = ""):
+    """YAML-safe copy of host figures as the host file writes them (03 predicts this host from that file: the same
+    figures): cache sizes exact, the others to 4 significant digits."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x, key or str(k)) for k, x in v.items()}
+    if v is None:
+        return None
+    return int(v) if key == "caches_bytes" else float(f"{float(v):.4g}")
 
 
 def residual_quantiles(types: pd.Series, resid: np.ndarray, min_n: int = 8) -> dict[str, list[float]]:

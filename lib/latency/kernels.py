@@ -5,8 +5,9 @@ kernel per run, with its op and its input/output shapes). ORT fuses several orig
 (Conv+Relu, Add+Add+LayerNormalization as SkipLayerNormalization) and inserts kernels of its own (NCHWc
 Reorder*, copies). Each kernel is mapped onto its *group* of original nodes by stage 01's attribution
 (lib.latency.profiling.attribute); the group's FLOPs/MACs/weight bytes are summed from stage 02's table, its
-traffic is what the fused kernel reads and writes (the first node's activations in, the last node's out, the
-group's weights), its anchor is the node whose op the kernel's op names, else the MAC-heaviest, else the first.
+traffic is what the fused kernel reads and writes (the first node's activations in, skipping a Constant it folded;
+the last node's out; the group's weights), its anchor is the node whose op the kernel's op names, else the
+MAC-heaviest, else the first.
 A second kernel on the same group (a layout Reorder, a copy) carries no FLOPs: it moves its own tensor twice (size
 from the original graph by name; the group's output where the name is not there).
 
@@ -131,7 +132,10 @@ def _anchor(group: list[int], op: str, ops: np.ndarray, macs: np.ndarray) -> int
 def group_row(group: list[int], op: str, m: dict) -> dict:
     """Costs of one kernel that runs the original nodes `group` (positions, topological order)."""
     a = _anchor(group, op, m["op"], m["macs"])
-    first, last = group[0], group[-1]
+    # a Constant ORT folded into the kernel reads nothing at run time: the group's input is its first other node's
+    # (Paddle's x + 3 as [Constant, Add] was charged its output only, half its traffic)
+    first = next((p for p in group if not str(m["op"][p]).startswith("Constant")), group[0])
+    last = group[-1]
     w = float(np.nansum(m["weight_bytes"][group]))
     # a group that starts with a Shape reads the shape vector (Shape -> Gather: 32 bytes, not a 1.2 MB tensor)
     side = "act_out" if m["op"][first] in READS_SHAPE else "act_in"

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 import pandas as pd
 
+from lib.artifacts import read_csv
 from lib.errors import StageError
 from lib.latency.kernel_model import KernelModel, load_kernel_model
 from lib.latency.kernels import kernel_table
@@ -47,6 +48,43 @@ def kernel_prediction(km: KernelModel, g, metrics: pd.DataFrame, optimized: onnx
     kt = kernel_table(g, metrics, optimized)
     per = km.predict_kernels(kt, host)
     return {**km.session(per), "kernel_model_families": km.families, "per_kernel": per.assign(pattern=kt["pattern"])}
+
+
+def kernel_node_times(km: KernelModel, kt: pd.DataFrame, host: dict) -> dict[str, float]:
+    """Per original node, the kernel model's time for the kernels it anchors (us), with what happens between
+    kernels ((1 + a) x the kernel + b per kernel; the session's constant c belongs to no node). A kernel ORT
+    inserted with no node of its own (a layout Reorder) counts with the next kernel that has one (the conv it
+    serves); trailing ones with the last."""
+    o = km.overhead
+    t = (1 + o["a"]) * km.predict_kernels(kt, host)["pred_us"].to_numpy(float) + o["b_us"]
+    out: dict[str, float] = {}
+    pending, last = 0.0, None
+    for node, x in zip(kt["node"].fillna("").astype(str), t):
+        if not node:
+            pending += x
+            continue
+        out[node] = out.get(node, 0.0) + x + pending
+        pending, last = 0.0, node
+    if last is not None:
+        out[last] += pending
+    return out
+
+
+def model_kernels(rdir: Path, model_path, spec, measured: bool, n_nodes: int) -> pd.DataFrame | None:
+    """The model's ORT kernels without times (what a kernel model predicts, for another device in 07): 02's
+    graph, ops_profile.csv's costs, ORT's optimized graph (01's kept copy beside a profile 03 accepted). None from
+    KERNEL_MODEL_MAX_NODES nodes, or where ORT cannot optimize the model (said so)."""
+    if n_nodes >= KERNEL_MODEL_MAX_NODES:
+        print(f"note: no kernel model for the devices on {n_nodes:,} nodes (from {KERNEL_MODEL_MAX_NODES:,}): "
+              f"their efficiency models stand")
+        return None
+    graph = analysed(rdir, model_path, spec)[0].graph
+    try:
+        optimized = optimized_graph(model_path, rdir if measured else None)
+        return kernel_table(graph, read_csv(rdir, "ops_profile.csv"), optimized)
+    except StageError as e:
+        print(f"note: no kernel model for the devices ({e}): their efficiency models stand")
+        return None
 
 
 def predict_session(g, metrics: pd.DataFrame, model_path, host: dict, latency_model_file, baseline_us: float,

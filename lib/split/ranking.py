@@ -14,16 +14,19 @@ import json
 import os
 from collections import Counter
 from itertools import chain
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from lib.artifacts import atomic_path
+from lib.artifacts import REPO, atomic_path
 from lib.errors import StageError
 from lib.provenance import same_inputs
 from lib.analysis.device_time import device_time
 from lib.analysis.roofline import known_or_zero, node_bytes
-from lib.latency.latency_model import model_for_device
+from lib.latency.kernel_model import KernelModel, load_kernel_model
+from lib.latency.latency_model import HUGE, model_for_device
+from lib.latency.predict import kernel_node_times
 
 # pruning rules that depend on what the what-if panel changes (device and link figures); the others are static
 DYNAMIC_RULES = ("max_latency_us", "max_energy_j", "rate_hz")
@@ -35,13 +38,16 @@ SCORE_METRICS = (("comm", "comm_bytes"), ("imbalance", "time_imbalance"), ("late
                  ("energy", "est_energy_j"), ("throughput", "period_us"))
 
 
-def device_factors(prof: pd.DataFrame, device: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def device_factors(prof: pd.DataFrame, device: dict, kernels: pd.DataFrame | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-node (ec, em, ovh) of a modelled device, whose time per node is
     t_i = ovh_i + max(flops_i / (peak * ec_i), bytes_i / (bw * em_i)):
     ec_i, em_i are the compute and memory efficiencies, ovh_i a fixed cost in us; none depends on the device's
     peak or bandwidth (the what-if panel changes those). A device with a `latency_model:` file (made by
-    `make calibrate`, lib/latency/latency_model.py) takes them from it, the nodes ORT fuses (ops_profile.csv's
-    attribution) costing nothing; a device without one is the plain roofline: (1, 1, 0)."""
+    `make calibrate` on it) takes them from its kernel model when the file has one and `kernels` (the model's
+    ORT kernel table, lib/latency/kernels.py) was given once for this table, else from its efficiency model
+    (lib/latency/latency_model.py), the nodes ORT fuses (ops_profile.csv's attribution) costing nothing; a
+    device without one is the plain roofline: (1, 1, 0)."""
     n = len(prof)
     if not device.get("latency_model"):
         return np.ones(n), np.ones(n), np.zeros(n)
@@ -49,20 +55,46 @@ def device_factors(prof: pd.DataFrame, device: dict) -> tuple[np.ndarray, np.nda
     if _FACTORS.get("prof") is not prof:          # one table at a time: 07 asks for each device three times
         _FACTORS.clear()
         _FACTORS["prof"] = prof
+    if kernels is not None:
+        _FACTORS["kernels"] = kernels
     if key not in _FACTORS:
-        _FACTORS[key] = _model_factors(prof, device)
-    return _FACTORS[key]
+        _FACTORS[key] = _model_factors(prof, device, _FACTORS.get("kernels"))
+    return _FACTORS[key][:3]
 
 
 _FACTORS: dict = {}
 
 
-def _model_factors(prof: pd.DataFrame, device: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def device_kernel_model(device: dict) -> KernelModel | None:
+    """The kernel model of a device's `latency_model:` file, when it has one saved with its host figures."""
+    p = Path(device["latency_model"])
+    km = load_kernel_model(p if p.is_absolute() else REPO / p)
+    return km if km is not None and km.host else None
+
+
+def needs_kernels(system: dict) -> bool:
+    """Whether a device of the system has a kernel model (07 then builds the model's kernel table: a measured
+    device's model still serves the report's what-if when its figures change)."""
+    return any(d.get("latency_model") and device_kernel_model(d) is not None for d in system["devices"].values())
+
+
+def _model_factors(prof: pd.DataFrame, device: dict, kernels: pd.DataFrame | None) -> tuple:
+    """(ec, em, ovh, what gave them)."""
     n = len(prof)
+    peak, bw = float(device["peak_flops_per_s"]), float(device["mem_bw_bytes_per_s"])
+    km = device_kernel_model(device) if kernels is not None else None
+    if km is not None:
+        t = prof["node"].map(kernel_node_times(km, kernels, km.host)).fillna(0.0).to_numpy(float)
+        flops, nbytes = node_work(prof)
+        roof = modelled_times(flops, nbytes, peak, bw, 1.0, 1.0, 0.0)
+        # the kernel model's time at the device's figures, its roofline scaled by one factor: the what-if keeps it
+        with np.errstate(divide="ignore", invalid="ignore"):
+            eff = np.where((t > 0) & (roof > 0), roof / t, HUGE)
+        return eff, eff.copy(), np.where(roof > 0, 0.0, t), "kernel model"
     lm = model_for_device(device, device["latency_model"])
     att = prof["attribution"].fillna("").astype(str) if "attribution" in prof else pd.Series([""] * n)
-    return lm.factors(prof, float(device["peak_flops_per_s"]), float(device["mem_bw_bytes_per_s"]),
-                      att.isin(["fused", "not_run"]).to_numpy(), prof.get("fused_into"))
+    return (*lm.factors(prof, peak, bw, att.isin(["fused", "not_run"]).to_numpy(), prof.get("fused_into")),
+            "latency model")
 
 
 def node_work(prof: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -162,7 +194,10 @@ def time_source(dev: dict, latency) -> str:
     `latency_model:` file, made by `make calibrate` on it), else the plain roofline, the fallback."""
     if measured_source(dev, latency):
         return "measured (01)"
-    return f"latency model ({dev['latency_model']})" if dev.get("latency_model") else "roofline (fallback: no latency_model)"
+    if not dev.get("latency_model"):
+        return "roofline (fallback: no latency_model)"
+    got = _FACTORS.get(json.dumps(dev, sort_keys=True, default=str))
+    return f"{got[3] if got else 'latency model'} ({dev['latency_model']})"
 
 
 def host_prediction(merge_meta: dict) -> dict:

@@ -77,6 +77,20 @@ def connect(scheduler: str):
 _task = lambda entry, work_root, runs, splits: remote.run_on_worker(entry, work_root, runs, splits)  # noqa: E731
 
 
+_calibrate_task = lambda work_root, args: remote.calibrate_on_worker(work_root, args)  # noqa: E731
+
+
+def calibrate_on(client, resources: dict[str, float], work_root: str, args: list[str]) -> dict:
+    """The calibration as one task on a worker offering `resources` (the device's): remote.calibrate_on_worker's
+    record. A resource no worker offers is a one-line StageError."""
+    cloudpickle.register_pickle_by_value(remote)
+    lacking = sorted(set(resources) - _offered(client))
+    if lacking:
+        raise StageError(f"no Dask worker offers resource {', '.join(lacking)} (start the device's worker with "
+                         f"--resources {lacking[0]}=1)")
+    return client.submit(_calibrate_task, work_root, args, resources=resources, pure=False).result()
+
+
 def _offered(client) -> set[str]:
     return {r for w in client.scheduler_info(n_workers=-1)["workers"].values() for r in (w.get("resources") or {})}
 

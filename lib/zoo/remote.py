@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import zipfile
@@ -113,6 +114,27 @@ def run_on_worker(entry: dict, work_root: str, runs: int, splits: int) -> dict:
     with locked(Path(work_root) / f".{entry['stem']}.lock"):
         rc, error, seconds = run_make(entry, rdir, runs, splits, drop=NANNY_ENV)
         data = zip_folder(Path(rdir))
+    return {"rc": rc, "error": error, "seconds": seconds, "host": socket.gethostname(), "zip": data}
+
+
+def calibrate_on_worker(work_root: str, args: list[str]) -> dict:
+    """A Dask task: make calibrate's calibration (python -m lib.latency.calibrate) on this worker's device into
+    work_root/calibration/, its host file started from the worker's configs/host.yaml; the folder (host.yaml,
+    latency_model.yaml, latency_kernel_model.txt, calibrate.log) as zip bytes, with exit code and error line."""
+    out = Path(work_root) / "calibration"
+    with locked(Path(work_root) / ".calibration.lock"):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        shutil.copy(Path("configs") / "host.yaml", out / "host.yaml")
+        env = {k: v for k, v in os.environ.items() if k not in NANNY_ENV}
+        cmd = [sys.executable, "-m", "lib.latency.calibrate", "--host", str(out / "host.yaml"),
+               "--out", str(out / "latency_model.yaml"), *args]
+        t0 = time.perf_counter()
+        with open(out / "calibrate.log", "w") as log:
+            rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+        seconds = time.perf_counter() - t0
+        error = "" if rc == 0 else error_line((out / "calibrate.log").read_text(errors="replace"))
+        data = zip_folder(out)
     return {"rc": rc, "error": error, "seconds": seconds, "host": socket.gethostname(), "zip": data}
 
 
