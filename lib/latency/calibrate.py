@@ -23,7 +23,6 @@ import contextlib
 import os
 import platform
 import re
-import shutil
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -389,14 +388,9 @@ def on_device(a) -> None:
         client.close()
     if rec["rc"] != 0:
         raise StageError(f"the calibration on {rec['host']} failed: {rec['error']}")
-    with tempfile.TemporaryDirectory(prefix="calibration_") as tmp:
-        unzip_into(rec["zip"], Path(tmp))
-        out = Path(a.device_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        for name in DEVICE_FILES:
-            if (Path(tmp) / name).exists():
-                shutil.copy(Path(tmp) / name, out / name)
-        shutil.copy(Path(tmp) / "calibrate.log", out / "calibrate.log")
+    out = Path(a.device_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    unzip_into(rec["zip"], out)
     print(f"calibrated {rec['host']} in {rec['seconds']:.0f} s: wrote {', '.join(DEVICE_FILES)} and calibrate.log "
           f"into {out}; name {out / 'latency_model.yaml'} as the device's latency_model: in configs/system.yaml")
 

@@ -398,12 +398,13 @@ def model_for_device(device: dict, host_model: str | Path, base: str | Path | No
     """The efficiency file for a device entry of system.yaml: its own `latency_model:` path when it names one
     (relative to `base`, default the repo), else the host's file."""
     own = device.get("latency_model") if isinstance(device, dict) else None
-    if own:
-        p = Path(own)
-        if not p.is_absolute():
-            p = Path(base or REPO) / p
-        return load_latency_model(p)
-    return load_latency_model(host_model)
+    return load_latency_model(device_file(own, base) if own else host_model)
+
+
+def device_file(path: str | Path, base: str | Path | None = None) -> Path:
+    """A device's `latency_model:` path of system.yaml: as given when absolute, else relative to `base` (the repo)."""
+    p = Path(path)
+    return p if p.is_absolute() else Path(base or REPO) / p
 
 
 def _num(v: float) -> float:

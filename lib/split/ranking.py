@@ -14,18 +14,17 @@ import json
 import os
 from collections import Counter
 from itertools import chain
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from lib.artifacts import REPO, atomic_path
+from lib.artifacts import atomic_path
 from lib.errors import StageError
 from lib.provenance import same_inputs
 from lib.analysis.device_time import device_time
 from lib.analysis.roofline import known_or_zero, node_bytes
 from lib.latency.kernel_model import KernelModel, load_kernel_model
-from lib.latency.latency_model import HUGE, model_for_device
+from lib.latency.latency_model import HUGE, device_file, model_for_device
 from lib.latency.predict import kernel_node_times
 
 # pruning rules that depend on what the what-if panel changes (device and link figures); the others are static
@@ -51,7 +50,7 @@ def device_factors(prof: pd.DataFrame, device: dict, kernels: pd.DataFrame | Non
     n = len(prof)
     if not device.get("latency_model"):
         return np.ones(n), np.ones(n), np.zeros(n)
-    key = json.dumps(device, sort_keys=True, default=str)
+    key = _device_key(device)
     if _FACTORS.get("prof") is not prof:          # one table at a time: 07 asks for each device three times
         _FACTORS.clear()
         _FACTORS["prof"] = prof
@@ -65,10 +64,13 @@ def device_factors(prof: pd.DataFrame, device: dict, kernels: pd.DataFrame | Non
 _FACTORS: dict = {}
 
 
+def _device_key(device: dict) -> str:
+    return json.dumps(device, sort_keys=True, default=str)
+
+
 def device_kernel_model(device: dict) -> KernelModel | None:
     """The kernel model of a device's `latency_model:` file, when it has one saved with its host figures."""
-    p = Path(device["latency_model"])
-    km = load_kernel_model(p if p.is_absolute() else REPO / p)
+    km = load_kernel_model(device_file(device["latency_model"]))
     return km if km is not None and km.host else None
 
 
@@ -196,7 +198,7 @@ def time_source(dev: dict, latency) -> str:
         return "measured (01)"
     if not dev.get("latency_model"):
         return "roofline (fallback: no latency_model)"
-    got = _FACTORS.get(json.dumps(dev, sort_keys=True, default=str))
+    got = _FACTORS.get(_device_key(dev))
     return f"{got[3] if got else 'latency model'} ({dev['latency_model']})"
 
 

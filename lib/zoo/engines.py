@@ -84,15 +84,21 @@ def calibrate_on(client, resources: dict[str, float], work_root: str, args: list
     """The calibration as one task on a worker offering `resources` (the device's): remote.calibrate_on_worker's
     record. A resource no worker offers is a one-line StageError."""
     cloudpickle.register_pickle_by_value(remote)
-    lacking = sorted(set(resources) - _offered(client))
+    lacking = _lacking(resources, _offered(client))
     if lacking:
-        raise StageError(f"no Dask worker offers resource {', '.join(lacking)} (start the device's worker with "
-                         f"--resources {lacking[0]}=1)")
+        raise StageError(lacking)
     return client.submit(_calibrate_task, work_root, args, resources=resources, pure=False).result()
 
 
 def _offered(client) -> set[str]:
     return {r for w in client.scheduler_info(n_workers=-1)["workers"].values() for r in (w.get("resources") or {})}
+
+
+def _lacking(resources, offered: set[str]) -> str:
+    """The one-line reason no worker can take a task needing `resources` ("" when one can)."""
+    lacking = sorted(set(resources) - offered)
+    return (f"no Dask worker offers resource {', '.join(lacking)} (start one with --resources {lacking[0]}=1)"
+            if lacking else "")
 
 
 def run_dask(jobs: list[dict], root: Path, client, work_root: str, runs: int, splits: int, on_start, on_done) -> None:
@@ -103,10 +109,9 @@ def run_dask(jobs: list[dict], root: Path, client, work_root: str, runs: int, sp
     offered, futures = _offered(client), {}
     for j in jobs:
         e = j["entry"]
-        lacking = sorted(set(e["resources"]) - offered)
+        lacking = _lacking(e["resources"], offered)
         if lacking:
-            on_done(e["stem"], _record(1, f"no Dask worker offers resource {', '.join(lacking)} (start one with "
-                                          f"--resources {lacking[0]}=1)", 0.0, ""))
+            on_done(e["stem"], _record(1, lacking, 0.0, ""))
             continue
         f = client.submit(_task, e, work_root, runs, splits, resources=e["resources"], pure=False,
                           key=f"zoo-{e['stem']}-{j['key'][:12]}")

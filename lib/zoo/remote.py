@@ -62,16 +62,21 @@ def error_line(log: str) -> str:
 def run_make(entry: dict, rdir: str, runs: int, splits: int, cwd: str = ".", drop: tuple = ()) -> tuple[int, str, float]:
     """make all for the entry into rdir (relative to cwd or absolute); its output in rdir/zoo.log; the variables
     in drop (and a calling make's flags) are not passed on. Returns (exit code, one-line error or "", seconds)."""
-    skip = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", *drop}
-    env = {k: v for k, v in os.environ.items() if k not in skip}
     out = Path(cwd, rdir)
     out.mkdir(parents=True, exist_ok=True)
+    return run_logged(make_command(entry, rdir, runs, splits), out / LOG, cwd,
+                      ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", *drop))
+
+
+def run_logged(cmd: list[str], log: Path, cwd: str = ".", drop: tuple = ()) -> tuple[int, str, float]:
+    """cmd in cwd, its output into log, the environment variables in drop not passed on. Returns (exit code,
+    one-line error or "", seconds)."""
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     t0 = time.perf_counter()
-    with open(out / LOG, "w") as log:
-        rc = subprocess.run(make_command(entry, rdir, runs, splits), cwd=cwd, env=env, stdout=log,
-                            stderr=subprocess.STDOUT).returncode
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
     seconds = time.perf_counter() - t0
-    return rc, "" if rc == 0 else error_line((out / LOG).read_text(errors="replace")), seconds
+    return rc, "" if rc == 0 else error_line(Path(log).read_text(errors="replace")), seconds
 
 
 def zip_folder(folder: Path) -> bytes:
@@ -126,14 +131,9 @@ def calibrate_on_worker(work_root: str, args: list[str]) -> dict:
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         shutil.copy(Path("configs") / "host.yaml", out / "host.yaml")
-        env = {k: v for k, v in os.environ.items() if k not in NANNY_ENV}
         cmd = [sys.executable, "-m", "lib.latency.calibrate", "--host", str(out / "host.yaml"),
                "--out", str(out / "latency_model.yaml"), *args]
-        t0 = time.perf_counter()
-        with open(out / "calibrate.log", "w") as log:
-            rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
-        seconds = time.perf_counter() - t0
-        error = "" if rc == 0 else error_line((out / "calibrate.log").read_text(errors="replace"))
+        rc, error, seconds = run_logged(cmd, out / "calibrate.log", drop=NANNY_ENV)
         data = zip_folder(out)
     return {"rc": rc, "error": error, "seconds": seconds, "host": socket.gethostname(), "zip": data}
 
