@@ -259,6 +259,8 @@ def calibrate_kernels(host: dict, quick: bool = False, threads: int = 0, runs: i
         else:
             print("  the denser micro-benchmarks did not lower the held-out error: left out", flush=True)
     host, kept = best_of_before(with_headroom(host), before)   # the host file's bound; the model is fitted against it
+    peaks = host["peak_flops_per_s"]    # 'default' never below fp32's: the file and the model saved with it agree
+    peaks["default"] = max(float(peaks.get("default", 0.0)), float(peaks.get("float", 0.0)))
     model = step("final fit", km.KernelModel.fit, micro + models, host, threads, rounds)
     if len(resid):
         model.residuals = km.residual_quantiles(resid["type"], resid["r"].to_numpy(float))
@@ -276,7 +278,6 @@ def host_values(host: dict) -> dict:
            **{f"fma_ceiling_flops_per_s.{k}": float(fma[k]) if k in fma else None for k in ("float", "int8")},
            **{f"caches_bytes.{k}": int(v) for k, v in host["caches_bytes"].items() if k in LEVELS},
            **{f"bandwidth_bytes_per_s.{k}": float(v) for k, v in host["bandwidth_bytes_per_s"].items()}}
-    out["peak_flops_per_s.default"] = max(out.get("peak_flops_per_s.default", 0.0), out.get("peak_flops_per_s.float", 0.0))
     return out
 
 
