@@ -4,8 +4,9 @@ sum plus what happens between them.
 Per kernel (lib/latency/kernels.py's table): bounds() gives the cache-aware roofline bound (lib/analysis/roofline.py:
 FLOPs at the compute dtype's peak, bytes through the memory levels, each serving at most its size). features() are
 what a kernel's time depends on: its op, the number of nodes fused into it, compute dtype, dims, FLOPs, bytes,
-weight bytes, arithmetic intensity, memory level, threads. A LightGBM regressor (gradient-boosted trees, as
-nn-Meter keeps per kernel type; categorical splits on op/dtype/memory level, so one model serves all types) learns
+weight bytes, arithmetic intensity, memory level, threads, the stride of the axis a Softmax or Reduce* works along.
+A LightGBM regressor (gradient-boosted trees, as nn-Meter keeps per kernel type; categorical splits on op/dtype/
+memory level, so one model serves all types) learns
 y = log(t / max(bound, 1 us)); the prediction max(bound, max(bound, 1 us) x e^y) is never below the bound (the
 utilisation stays in (0, 1], as in NeuSight).
 
@@ -39,7 +40,7 @@ from lib.host import per_dtype
 # arbitrary side of every categorical split (held out by family, such models were predicted tens of percent off)
 CATEGORICAL = ["op", "compute_dtype", "mem_level"]
 NUMERIC = ["log_flops", "log_bytes", "log_weight", "log_numel", "log_ai", "log_bound", "n_nodes", "rank",
-           "d1", "d2", "d3", "d4", "layout", "threads", "level", "micro"]
+           "d1", "d2", "d3", "d4", "layout", "threads", "level", "micro", "log_stride"]
 FLOOR_US = 1.0          # the profiler's resolution: the base of the target for kernels whose bound is below it
 MIN_T_US = 0.5          # a kernel recorded as 0 us ran for under a microsecond
 PARAMS = {"objective": "regression", "learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 20,
@@ -58,6 +59,12 @@ RESIDUAL_CAP = float(np.log(4.0))   # a held-out residual past 4x is a deschedul
 
 def kernel_type(kt: pd.DataFrame) -> pd.Series:
     return kt["op"].astype(str) + "/" + kt["compute_dtype"].astype(str)
+
+
+def kernel_kind(kt: pd.DataFrame) -> pd.Series:
+    """Op, and whether it works along a strided axis (a Softmax over channels is another kernel than over rows)."""
+    strided = kt["axis_stride"].to_numpy(float) > 1 if "axis_stride" in kt else np.zeros(len(kt), bool)
+    return kt["op"].astype(str) + np.where(strided, "/strided", "")
 
 
 def bounds(kt: pd.DataFrame, host: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -95,9 +102,11 @@ def features(kt: pd.DataFrame, host: dict, threads: int) -> tuple[pd.DataFrame, 
         "d2": np.log1p(dims[:, 2]), "d3": np.log1p(dims[:, 3]), "d4": np.log1p(dims[:, 4]),
         "layout": kt["layout"].astype(bool).to_numpy(float), "threads": float(threads),
         "level": np.array([LEVELS.index(x) for x in level], dtype=float),
-        # a micro-benchmark's kernel runs alone (caches warm, no neighbours): the trees learn the offset, a
-        # prediction is always for a kernel inside a model (0)
-        "micro": kt["micro"].to_numpy(float) if "micro" in kt else 0.0})
+        # a micro-benchmark's kernel runs alone (caches warm, no neighbours): the trees learn the offset; a
+        # prediction is for a kernel inside a model (0) where models ran its kind (KernelModel.predict_kernels)
+        "micro": kt["micro"].to_numpy(float) if "micro" in kt else 0.0,
+        # a Softmax or Reduce* along a non-last axis reads strided (up to 30x the time of the last axis)
+        "log_stride": np.log(np.maximum(kt["axis_stride"].to_numpy(float), 1.0)) if "axis_stride" in kt else 0.0})
     return f, b
 
 
@@ -129,10 +138,13 @@ class KernelModel:
     """A fitted kernel model (see the module docstring); `families`: those it was trained on."""
 
     def __init__(self, booster: lgb.Booster, categories: dict, seen: list[str], residuals: dict,
-                 overhead: dict, families: list[str], threads: int, host: dict | None = None):
+                 overhead: dict, families: list[str], threads: int, host: dict | None = None,
+                 model_kinds: list[str] | None = None):
         self.booster, self.categories, self.seen = booster, categories, set(seen)
         self.residuals, self.overhead, self.families, self.threads = residuals, overhead, families, threads
         self.host = host        # HOST_FIGURES it was fitted with (None: a file written before they were saved)
+        # kernel_kind()s the training models ran (None, a file written before they were saved: all of them)
+        self.model_kinds = None if model_kinds is None else set(model_kinds)
 
     @classmethod
     def fit(cls, records: list[dict], host: dict, threads: int = 0, rounds: int = ROUNDS) -> "KernelModel":
@@ -148,7 +160,7 @@ class KernelModel:
                                                 categorical_feature=CATEGORICAL), num_boost_round=rounds)
         model = cls(booster, categories, sorted(set(kernel_type(kt))), {}, {"a": 0.0, "b_us": 0.0, "c_us": 0.0},
                     sorted({r["family"] for r in records}), threads,
-                    {k: host[k] for k in HOST_FIGURES if k in host})
+                    {k: host[k] for k in HOST_FIGURES if k in host}, sorted(set(kernel_kind(kt[kt["micro"] == 0]))))
         model.residuals = residual_quantiles(kernel_type(kt), y - booster.predict(_categorize(f, categories)))
         sessions = [r for r in records if r.get("session_us")]
         if sessions:    # the kernels' sum plus the time between them (its lower quartile: contention only adds)
@@ -158,8 +170,11 @@ class KernelModel:
         return model
 
     def predict_kernels(self, kt: pd.DataFrame, host: dict) -> pd.DataFrame:
-        """Per kernel: bound_us, mem_level, pred_us, lo_us, hi_us, seen."""
-        f, b = features(kt, host, self.threads)
+        """Per kernel: bound_us, mem_level, pred_us, lo_us, hi_us, seen. A kernel of a kind no training model ran
+        (LRN, a Softmax over channels: micro-benchmarks only) is predicted as its micro-benchmarks ran: the
+        in-model offset the trees learned from other kinds put GoogLeNet's LRN at 0.5x of its measured time."""
+        alone = np.zeros(len(kt)) if self.model_kinds is None else (~kernel_kind(kt).isin(self.model_kinds)).astype(float)
+        f, b = features(kt.assign(micro=alone), host, self.threads)
         y = self.booster.predict(_categorize(f, self.categories)) if len(kt) else np.zeros(0)
         types = kernel_type(kt)
         q = np.array([self.residuals.get(t, self.residuals.get("*", [0.0, 0.0])) for t in types], float).reshape(-1, 2)
@@ -189,6 +204,7 @@ class KernelModel:
         return {"file": model_file, "families": self.families, "threads": self.threads, "overhead": self.overhead,
                 "host": _plain(self.host),
                 "categories": self.categories, "seen_kernel_types": sorted(self.seen),
+                "model_kernel_kinds": None if self.model_kinds is None else sorted(self.model_kinds),
                 "residual_quantiles": {k: [round(float(x), 4) for x in v] for k, v in sorted(self.residuals.items())}}
 
     def save(self, path: str | Path) -> None:
@@ -203,7 +219,7 @@ class KernelModel:
                              f"version computes: re-run make calibrate")
         return cls(booster, doc["categories"], doc["seen_kernel_types"],
                    {k: list(v) for k, v in doc["residual_quantiles"].items()}, doc["overhead"], doc["families"],
-                   int(doc.get("threads", 0)), doc.get("host"))
+                   int(doc.get("threads", 0)), doc.get("host"), doc.get("model_kernel_kinds"))
 
 
 def _plain(v, key: str = ""):

@@ -184,6 +184,14 @@ def _conv(b: Builder, p: str, n, cin, cout, hw, k, s, group=1, bias=True):
     b.out(*b.node("Conv", ins, p, pads=[k // 2] * 4, strides=[s, s], group=group, kernel_shape=[k, k]))
 
 
+def _conv1d(b: Builder, p: str, n, cin, cout, length, k, s, act):
+    """A 1-D convolution (audio, TCNs, sequence models), with its activation (ORT fuses Conv+Relu)."""
+    x = b.inp(f"{p}_x", [n, cin, length])
+    w = b.wrand(f"{p}_w", [cout, cin, k], scale=1.0 / math.sqrt(cin * k))
+    y = b.node("Conv", [x, w, b.wrand(f"{p}_b", [cout])], p, pads=[k // 2] * 2, strides=[s], kernel_shape=[k])
+    b.out(*(y if act is None else b.node(act, y, f"{p}_c")))
+
+
 def _patch_embed(b: Builder, p: str, n, cin, cout, hw, k):
     x = b.inp(f"{p}_x", [n, cin, hw, hw])
     w = b.wrand(f"{p}_w", [cout, cin, k, k])
@@ -312,13 +320,13 @@ def _lrn(b: Builder, p: str, n, c, hw):
     b.out(*b.node("LRN", [b.inp(f"{p}_x", [n, c, hw, hw])], p, size=5, alpha=1e-4, beta=0.75, bias=1.0))
 
 
-def _softmax(b: Builder, p: str, shape):
-    b.out(*b.node("Softmax", [b.inp(f"{p}_x", shape)], p, axis=-1))
+def _softmax(b: Builder, p: str, shape, axis=-1):
+    b.out(*b.node("Softmax", [b.inp(f"{p}_x", shape)], p, axis=axis))
 
 
-def _reduce(b: Builder, p: str, op, shape):
+def _reduce(b: Builder, p: str, op, shape, axis=-1):
     x = b.inp(f"{p}_x", shape)
-    b.out(*b.node(op, [x, b.w(f"{p}_ax", np.array([-1], np.int64))], p, keepdims=1))
+    b.out(*b.node(op, [x, b.w(f"{p}_ax", np.array([axis], np.int64))], p, keepdims=1))
 
 
 def _transpose(b: Builder, p: str, shape, perm):
@@ -533,6 +541,12 @@ CONV_H = [(1, 48, 48, 40, 3, 1), (1, 96, 192, 20, 1, 1), (1, 3, 24, 160, 3, 2), 
 # (vit_tiny's 3->192 k16 and k32 were predicted at 0.5x held out with only the first two)
 PATCH = [(T, (1, 3, 768, 224, 16)), (T, (1, 3, 96, 224, 4)), (T, (1, 3, 192, 224, 16)), (T, (1, 3, 384, 224, 32)),
          (T, (1, 3, 128, 224, 4)), (H, (1, 3, 384, 224, 16)), (H, (4, 3, 96, 224, 4))]
+# 1-D (n, cin, cout, length, k, stride, activation): audio front ends, TCNs, keyword spotting (silero's Conv1d
+# kernels ran at 0.6x of their prediction with 2-D convs alone)
+CONV1D = [(T, (1, 1, 512, 16000, 10, 5, None)), (T, (1, 512, 512, 800, 3, 2, "Relu")), (T, (1, 64, 64, 1000, 3, 1, "Relu")),
+          (T, (1, 40, 64, 100, 3, 1, "Relu")), (T, (1, 129, 128, 64, 3, 1, "Relu")), (T, (1, 128, 64, 32, 3, 2, "Relu")),
+          (T, (1, 16, 32, 256, 5, 1, None)), (T, (1, 256, 256, 128, 1, 1, None)), (T, (4, 64, 128, 250, 3, 1, "Relu")),
+          (H, (1, 80, 256, 200, 3, 1, "Relu")), (H, (1, 32, 32, 512, 3, 2, None))]
 # depthwise: (n, c, hw, k, s)
 DW_T = [(1, 32, 112, 3, 1), (1, 96, 112, 3, 2), (1, 144, 56, 3, 1), (1, 144, 56, 3, 2), (1, 192, 28, 3, 1),
         (1, 384, 14, 3, 1), (1, 576, 14, 3, 1), (1, 960, 7, 3, 1), (1, 240, 28, 5, 1), (1, 672, 14, 5, 2),
@@ -623,9 +637,18 @@ INSTNORM = [(T, (1, 64, 56)), (T, (1, 256, 28)), (H, (1, 128, 32))]
 SOFTMAX = [(T, [1, 4, 128, 128]), (T, [1, 12, 197, 197]), (T, [64, 3, 49, 49]), (T, [8, 4, 128, 128]),
            (T, [1, 1000]), (T, [1, 4, 16, 16]), (T, [16, 4, 128, 128]), (H, [1, 6, 256, 256]),
            (H, [2, 4, 128, 128]), (H, [16, 6, 49, 49])]
+# along another axis than the last (strided: YOLOv8's DFL softmax over axis 1 of 1x16x4xA ran 30x its last-axis time)
+SOFTMAX_AXIS = [(T, ([1, 16, 4, 2100], 1)), (T, ([1, 16, 4, 8400], 1)), (T, ([1, 64, 64, 64], 1)),
+                (T, ([1, 64, 64, 64], 2)), (T, ([1, 80, 400], 1)), (T, ([1, 32, 16, 16], 1)), (T, ([4, 8, 128, 128], 2)),
+                (H, ([1, 16, 4, 1000], 1)), (H, ([1, 32, 32, 32], 2))]
 REDUCE = [(T, ("ReduceMean", [1, 128, 256])), (T, ("ReduceMean", [1, 197, 768])), (T, ("ReduceSum", [1, 64, 3136])),
           (T, ("ReduceMax", [1, 4, 128, 128])), (T, ("ReduceMean", [16, 128, 1024])),
           (H, ("ReduceMean", [1, 512, 784])), (H, ("ReduceSum", [4, 128, 256]))]
+# over channels or a sequence (CBAM's channel mean and max, mean pooling): 8x the last axis's time
+REDUCE_AXIS = [(T, ("ReduceMean", [1, 64, 56, 56], 1)), (T, ("ReduceMax", [1, 64, 56, 56], 1)),
+               (T, ("ReduceSum", [1, 128, 768], 1)), (T, ("ReduceMean", [1, 256, 28, 28], 1)),
+               (T, ("ReduceMean", [8, 128, 256], 1)), (H, ("ReduceMean", [1, 128, 28, 28], 1)),
+               (H, ("ReduceSum", [1, 197, 384], 1))]
 # data movement: (split, builder, label, args...); Shape is a family of its own
 DATA_MOVEMENT = [
     (T, _transpose, "Transpose 1x128x4x64 (0213)", [1, 128, 4, 64], (0, 2, 1, 3)),
@@ -717,6 +740,8 @@ RECURRENT = [(T, ("LSTM", 32, 1, 128, 128)), (T, ("GRU", 32, 1, 128, 128)), (T, 
 CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
     ("conv", _conv, _named(lambda n, ci, co, hw, k, s: f"Conv n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
                            _split(CONV_T, CONV_H))),
+    ("conv", _conv1d, _named(lambda n, ci, co, ln, k, s, act: f"Conv1d{'+' + act if act else ''} n{n} {ci}->{co} "
+                                                                f"L{ln} k{k} s{s}", CONV1D)),
     ("conv", _patch_embed, _named(lambda n, ci, co, hw, k: f"Conv patch n{n} {ci}->{co} {hw} k{k} s{k}", PATCH)),
     ("conv_depthwise", _conv_dw, _named(lambda n, c, hw, k, s: f"Conv dw n{n} c{c} {hw}x{hw} k{k} s{s}",
                                         _split(DW_T, DW_H))),
@@ -747,7 +772,9 @@ CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
                                                                                   f"{hw}x{hw} k{k} s{s}", GROUPED_RELU)),
     ("norm", _instnorm, _named(lambda n, c, hw: f"InstanceNormalization n{n} c{c} {hw}x{hw}", INSTNORM)),
     ("softmax", _softmax, _named(lambda sh: f"Softmax {_dims(sh)}", [(s, (sh,)) for s, sh in SOFTMAX])),
+    ("softmax", _softmax, _named(lambda sh, ax: f"Softmax {_dims(sh)} axis {ax}", SOFTMAX_AXIS)),
     ("reduce", _reduce, _named(lambda op, sh: f"{op} {_dims(sh)}", REDUCE)),
+    ("reduce", _reduce, _named(lambda op, sh, ax: f"{op} {_dims(sh)} axis {ax}", REDUCE_AXIS)),
     *[("shape" if fn is _shape_op else "data_movement", fn, [(s, label, tuple(args))])
       for s, fn, label, *args in DATA_MOVEMENT],
     ("quantize", _dql, _named(lambda sh: f"DynamicQuantizeLinear {_dims(sh)}", [(s, (sh,)) for s, sh in DQL])),

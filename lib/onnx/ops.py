@@ -49,6 +49,7 @@ class Op:
     dtype_attribute: bool = False   # its attribute `dtype` is its output's element type (validate checks it)
     rearranges: bool = False        # moves or reshapes elements, no arithmetic, same element type
     reduces: bool = False           # folds its input along axes (Reduce*, global pools)
+    along_axis: bool = False        # works along the one axis its `axis` attribute names (Softmax, ArgMax)
     typed_by_input: bool = False    # its output's element type is not the one it computes in: its input's is
     qdq_fused: bool = False         # DequantizeLinear -> op -> QuantizeLinear runs as one integer kernel in ORT
 
@@ -64,6 +65,7 @@ FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is ge
     "dtype_attribute": "its attribute dtype is its output's element type: validation checks the op can make it",
     "rearranges": "moves or reshapes elements, no arithmetic: ORT may run one as another (attribution)",
     "reduces": "folds its input along axes: the longest such sum bounds a split's exactness check",
+    "along_axis": "works along the axis its attribute names: the kernel model's stride feature (with reduces)",
     "typed_by_input": "computes in its input's element type, not its output's: the node's dtype column",
     "qdq_fused": "fed by DequantizeLinear of 8-bit tensors, ORT runs it as an integer kernel (QLinearConv ...)",
 }
@@ -394,6 +396,7 @@ flag("ConvInteger", "QLinearConv", "MatMulInteger", "QLinearMatMul", "com.micros
 flag("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", random=True,
      dtype_attribute=True)
 flag("EyeLike", dtype_attribute=True)
+flag("Softmax", "LogSoftmax", "ArgMax", "ArgMin", along_axis=True)
 
 
 # ---------------------------------------------------------------- value evaluators
