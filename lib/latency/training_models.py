@@ -30,7 +30,7 @@ FAMILIES = {
     "hf_encoder": ["bert_small", "distilbert_small", "bert_small_s64", "bert_small_b4", "bert_dynamo_h384"],
     "hf_decoder": ["gpt2_small", "gpt2_s64"],
     "quant_qdq": ["resnet18_qdq", "mobilenet_v2_qdq"],
-    "quant_dynamic": ["bert_small_dyn", "gpt2_small_dyn", "resnet18_dynu8"],
+    "quant_dynamic": ["bert_small_dyn", "gpt2_small_dyn", "resnet18_dynu8", "crnn_dyn"],
     "fp16": ["resnet18_fp16", "bert_small_fp16"],
     "recurrent": ["lstm2", "gru2", "crnn"],
     "segmentation": ["lraspp_mbv3", "unet_small"],
@@ -43,6 +43,7 @@ SPECS = {  # derived models: (source model, transform)
     "resnet18_qdq": ("resnet18", "qdq"), "mobilenet_v2_qdq": ("mobilenet_v2", "qdq"),
     "bert_small_dyn": ("bert_small", "dynamic"), "gpt2_small_dyn": ("gpt2_small", "dynamic"),
     "resnet18_dynu8": ("resnet18", "dynamic_u8"),      # uint8 weights: ORT's u8u8 ConvInteger (older exports)
+    "crnn_dyn": ("crnn", "dynamic"),    # ORT's DynamicQuantizeLSTM (a dynamically quantized OCR CRNN runs one)
     "resnet18_fp16": ("resnet18", "fp16"), "bert_small_fp16": ("bert_small", "fp16"),
     # not a training model: bench/qdq_weights.py checks the prediction of a QDQ model with uint8 weights on it
     "resnet18_qdq_u8": ("resnet18", "qdq_u8"),
