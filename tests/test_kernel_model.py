@@ -317,6 +317,33 @@ def test_a_missing_kernel_model_file_is_one_clear_error(tmp_path):
     assert km.load_kernel_model(tmp_path / "none.yaml") is None
 
 
+def test_a_latency_model_with_unreadable_kernel_kinds_is_one_clear_error(tmp_path):
+    """model_kernel_kinds that is not a list of kinds (a hand-edited file) makes the kernel model unreadable: one
+    clear error from the loader; 03, as for any unreadable kernel model, predicts with the baseline and says why in
+    one line (no traceback). A file without the key (written before it) still loads."""
+    from conftest import latency_model_copy
+    lm = latency_model_copy(tmp_path)
+    doc = yaml.safe_load(lm.read_text())
+    doc["kernel_model"].pop("model_kernel_kinds", None)
+    lm.write_text(yaml.safe_dump(doc))
+    assert km.load_kernel_model(lm).model_kinds is None
+    doc["kernel_model"]["model_kernel_kinds"] = "Conv"
+    lm.write_text(yaml.safe_dump(doc))
+    with pytest.raises(StageError, match="model_kernel_kinds is 'Conv', not a list of kernel kinds.*re-run make calibrate"):
+        km.load_kernel_model(lm)
+    conv_relu_add(tmp_path / "m.onnx")
+    rdir = tmp_path / "res"
+    for stage in ("02_shapes_flops_bytes.py", "01_profile_onnx.py"):
+        assert run_stage(stage, "--model", tmp_path / "m.onnx", "--results", rdir).returncode == 0
+    r = run_stage("03_merge_profile_metrics.py", "--model", tmp_path / "m.onnx", "--results", rdir,
+                  "--latency-model", lm)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    said = [ln for ln in r.stdout.splitlines() if "model_kernel_kinds is 'Conv'" in ln]
+    assert len(said) == 1 and "re-run make calibrate" in said[0]
+    pred = json.loads((rdir / "merge_meta.json").read_text())["prediction"]
+    assert pred["predicted_by"] == "baseline" and "model_kernel_kinds" in pred["note_kernel_model"]
+
+
 def test_host_file_sections_are_updated_in_place(tmp_path):
     p = tmp_path / "host.yaml"
     p.write_text('name: "old"   # (calibrated)\ncaches_bytes:\n  L1: 1   # (calibrated)\n'
@@ -435,7 +462,7 @@ def test_a_softmax_or_reduce_along_an_inner_axis_carries_its_stride(tmp_path):
     kt = kernel_table(g, node_metrics(g), optimized_graph(tmp_path / "ax.onnx")).set_index("node")
     assert kt.loc["sm", "axis_stride"] == 84 and kt.loc["rm", "axis_stride"] == 84
     assert kt.loc["rx", "axis_stride"] == 1 and kt.loc["add", "axis_stride"] == 1
-    f, _ = km.features(kt.reset_index(), HOST, 0)
+    f, _ = km.features(kt.reset_index().assign(micro=0.0), HOST, 0)
     assert np.allclose(f["log_stride"], np.log(kt["axis_stride"].to_numpy(float)))
     make_model([helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=1)], [tensor("x", [1, 16, 4, 21])],
                [tensor("y", [1, 16, 4, 21])], opset=11, path=tmp_path / "old.onnx")

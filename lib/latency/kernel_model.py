@@ -63,8 +63,7 @@ def kernel_type(kt: pd.DataFrame) -> pd.Series:
 
 def kernel_kind(kt: pd.DataFrame) -> pd.Series:
     """Op, and whether it works along a strided axis (a Softmax over channels is another kernel than over rows)."""
-    strided = kt["axis_stride"].to_numpy(float) > 1 if "axis_stride" in kt else np.zeros(len(kt), bool)
-    return kt["op"].astype(str) + np.where(strided, "/strided", "")
+    return kt["op"].astype(str) + np.where(kt["axis_stride"].to_numpy(float) > 1, "/strided", "")
 
 
 def bounds(kt: pd.DataFrame, host: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -86,7 +85,7 @@ def _dims(text: str) -> list[float]:
 
 
 def features(kt: pd.DataFrame, host: dict, threads: int) -> tuple[pd.DataFrame, np.ndarray]:
-    """(the feature table, the bound in us) of a kernel table."""
+    """(the feature table, the bound in us) of a kernel table with its `micro` column (1: a kernel run alone)."""
     b, level = bounds(kt, host)
     flops = np.nan_to_num(kt["flops"].to_numpy(float))
     nbytes = np.nan_to_num(kt["bytes"].to_numpy(float))
@@ -104,9 +103,9 @@ def features(kt: pd.DataFrame, host: dict, threads: int) -> tuple[pd.DataFrame, 
         "level": np.array([LEVELS.index(x) for x in level], dtype=float),
         # a micro-benchmark's kernel runs alone (caches warm, no neighbours): the trees learn the offset; a
         # prediction is for a kernel inside a model (0) where models ran its kind (KernelModel.predict_kernels)
-        "micro": kt["micro"].to_numpy(float) if "micro" in kt else 0.0,
+        "micro": kt["micro"].to_numpy(float),
         # a Softmax or Reduce* along a non-last axis reads strided (up to 30x the time of the last axis)
-        "log_stride": np.log(np.maximum(kt["axis_stride"].to_numpy(float), 1.0)) if "axis_stride" in kt else 0.0})
+        "log_stride": np.log(np.maximum(kt["axis_stride"].to_numpy(float), 1.0))})
     return f, b
 
 
@@ -217,9 +216,12 @@ class KernelModel:
         if booster.feature_name() != CATEGORICAL + NUMERIC:
             raise StageError(f"{doc['file']} was fitted on other features ({len(booster.feature_name())}) than this "
                              f"version computes: re-run make calibrate")
+        kinds = doc.get("model_kernel_kinds")
+        if kinds is not None and not (isinstance(kinds, list) and all(isinstance(k, str) for k in kinds)):
+            raise TypeError(f"model_kernel_kinds is {kinds!r}, not a list of kernel kinds")
         return cls(booster, doc["categories"], doc["seen_kernel_types"],
                    {k: list(v) for k, v in doc["residual_quantiles"].items()}, doc["overhead"], doc["families"],
-                   int(doc.get("threads", 0)), doc.get("host"), doc.get("model_kernel_kinds"))
+                   int(doc.get("threads", 0)), doc.get("host"), kinds)
 
 
 def _plain(v, key: str = ""):

@@ -163,9 +163,10 @@ def axis_strides(g) -> np.ndarray:
     Softmax before opset 13 works on 2-D rows flattened at its axis (contiguous)."""
     opset = next((o.version for o in g.model.opset_import if o.domain in ("", "ai.onnx")), 13)
     out = np.ones(len(g.nodes))
-    for pos, n in enumerate(g.nodes):
-        op = n.op_type
-        if n.domain not in ("", "ai.onnx") or op not in ALONG_AXIS | REDUCES or not n.input:
+    wanted = ALONG_AXIS | REDUCES
+    for pos in (p for p, op in enumerate(g.op_types) if op in wanted):
+        n, op = g.nodes[pos], g.op_types[pos]
+        if n.domain not in ("", "ai.onnx") or not n.input:
             continue
         info = g.tensors.get(n.input[0])
         shape = info.shape if info is not None else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import functools
 import json
 import os
 from collections import Counter
@@ -69,8 +70,15 @@ def _device_key(device: dict) -> str:
 
 
 def device_kernel_model(device: dict) -> KernelModel | None:
-    """The kernel model of a device's `latency_model:` file, when it has one saved with its host figures."""
-    km = load_kernel_model(device_file(device["latency_model"]))
+    """The kernel model of a device's `latency_model:` file, when it has one saved with its host figures (loaded
+    once per file version: 07 asks whether it needs the kernel table, then for the factors)."""
+    path = device_file(device["latency_model"])
+    return _kernel_model_of(str(path), path.stat().st_mtime_ns if path.exists() else None)
+
+
+@functools.lru_cache(maxsize=8)
+def _kernel_model_of(path: str, version) -> KernelModel | None:
+    km = load_kernel_model(path)
     return km if km is not None and km.host else None
 
 
