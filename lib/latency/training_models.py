@@ -25,7 +25,8 @@ from lib.onnx.export_models import calibrate_batchnorm, export_hf
 
 FAMILIES = {
     "cnn_standard": ["resnet18", "googlenet", "densenet121_128", "resnet34_160", "resnet18_b4"],
-    "cnn_depthwise": ["mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "mnasnet0_5", "mobilenet_v2_b4"],
+    "cnn_depthwise": ["mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "mnasnet0_5", "mobilenet_v2_b4",
+                      "lcnet_decomposed"],
     "vit": ["vit_tiny", "vit_tiny_p32", "swin_tiny_small"],
     "hf_encoder": ["bert_small", "distilbert_small", "bert_small_s64", "bert_small_b4", "bert_dynamo_h384"],
     "hf_decoder": ["gpt2_small", "gpt2_s64"],
@@ -188,9 +189,45 @@ def _dense(name: str):
             "keras_cnn": (lambda: Nhwc(False), (1, 160, 160, 3)), "keras_mbv2": (lambda: Nhwc(True), (1, 160, 160, 3))}[name]
 
 
+def _lcnet(name: str):
+    import torch
+    from torch import nn
+
+    class Lcnet(nn.Module):
+        """Depthwise-separable blocks (3x3, then 5x5 with squeeze-excite) whose hard-swish and hard-sigmoid are
+        written out as paddle2onnx emits them (x * clip(x + 3, 0, 6) / 6: Add, Clip, Div, Mul), so that chains
+        of elementwise kernels on one tensor are seen (PP-OCR's ran at 0.2 ns per element, half a lone one's)."""
+        def __init__(self):
+            super().__init__()
+            cfg = [(16, 32, 3, 1, 0), (32, 64, 3, 2, 0), (64, 64, 3, 1, 0), (64, 128, 3, 2, 0), (128, 128, 3, 1, 0),
+                   (128, 256, 3, 2, 0), (256, 256, 5, 1, 0), (256, 256, 5, 1, 0), (256, 512, 5, 2, 1),
+                   (512, 512, 5, 1, 1)]
+            self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16))
+            self.blocks = nn.ModuleList([nn.ModuleList([
+                nn.Sequential(nn.Conv2d(ci, ci, k, s, k // 2, groups=ci, bias=False), nn.BatchNorm2d(ci)),
+                nn.Sequential(nn.Conv2d(ci, ci // 4, 1), nn.ReLU(), nn.Conv2d(ci // 4, ci, 1)) if se else None,
+                nn.Sequential(nn.Conv2d(ci, co, 1, bias=False), nn.BatchNorm2d(co))]) for ci, co, k, s, se in cfg])
+            self.head, self.fc = nn.Conv2d(512, 1280, 1), nn.Linear(1280, 100)
+
+        @staticmethod
+        def hswish(x):
+            return x * torch.clamp(x + 3.0, 0.0, 6.0) / 6.0
+
+        def forward(self, x):
+            x = self.hswish(self.stem(x))
+            for dw, se, pw in self.blocks:
+                x = self.hswish(dw(x))
+                if se is not None:
+                    x = x * torch.clamp(se(x.mean((2, 3), keepdim=True)) / 6.0 + 0.5, 0.0, 1.0)
+                x = self.hswish(pw(x))
+            return self.fc(self.hswish(self.head(x.mean((2, 3), keepdim=True))).flatten(1))
+    return Lcnet, (1, 3, 224, 224)
+
+
 def _custom(name: str):
     import torch
-    make, shape = (_recurrent if name in ("lstm2", "gru2", "crnn") else _dense)(name)
+    make, shape = (_recurrent if name in ("lstm2", "gru2", "crnn") else _lcnet if name == "lcnet_decomposed"
+                   else _dense)(name)
     return make(), (torch.randn(*shape),)
 
 
@@ -249,7 +286,7 @@ def build(name: str, out_dir: str | Path) -> Path:
     if name.startswith(("bert", "distil", "gpt2")):
         model, args = _hf(name)
         return _export(model, tuple(a.repeat(batch, 1) for a in args), out, ["input_ids", "attention_mask"])
-    if name in ("lstm2", "gru2", "crnn", "unet_small", "yolo_tiny", "keras_cnn", "keras_mbv2"):
+    if name in ("lstm2", "gru2", "crnn", "unet_small", "yolo_tiny", "keras_cnn", "keras_mbv2", "lcnet_decomposed"):
         model, args = _custom(name)
         return _export(model, args, out, ["input"])
     model, size = _vision(name)
