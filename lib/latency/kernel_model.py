@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lightgbm as lgb
 import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
@@ -84,6 +83,13 @@ def _dims(text: str) -> list[float]:
     return [len(d)] + ([1.0] * 4 + d)[-4:]
 
 
+def _lightgbm():
+    # imported when a model is fitted or loaded: its import (scikit-learn with it) takes 2 s, which stages that
+    # reach this module but use no kernel model (07 and 08 without a device's own) need not pay
+    import lightgbm
+    return lightgbm
+
+
 def features(kt: pd.DataFrame, host: dict, threads: int) -> tuple[pd.DataFrame, np.ndarray]:
     """(the feature table, the bound in us) of a kernel table with its `micro` column (1: a kernel run alone)."""
     b, level = bounds(kt, host)
@@ -136,7 +142,7 @@ def fit_overhead(kernel_sum_us, n_kernels, session_us) -> dict[str, float]:
 class KernelModel:
     """A fitted kernel model (see the module docstring); `families`: those it was trained on."""
 
-    def __init__(self, booster: lgb.Booster, categories: dict, seen: list[str], residuals: dict,
+    def __init__(self, booster, categories: dict, seen: list[str], residuals: dict,
                  overhead: dict, families: list[str], threads: int, host: dict | None = None,
                  model_kinds: list[str] | None = None):
         self.booster, self.categories, self.seen = booster, categories, set(seen)
@@ -155,6 +161,7 @@ class KernelModel:
         categories = {c: sorted(set(f[c].astype(str))) for c in CATEGORICAL}
         y = target(kt["t_us"], b)
         w = np.sqrt(np.maximum(kt["t_us"].to_numpy(float), 1.0))   # the kernels that make a session's time count more
+        lgb = _lightgbm()
         booster = lgb.train(PARAMS, lgb.Dataset(_categorize(f, categories), y, weight=w,
                                                 categorical_feature=CATEGORICAL), num_boost_round=rounds)
         model = cls(booster, categories, sorted(set(kernel_type(kt))), {}, {"a": 0.0, "b_us": 0.0, "c_us": 0.0},
@@ -212,7 +219,7 @@ class KernelModel:
 
     @classmethod
     def load(cls, doc: dict, base: str | Path) -> "KernelModel":
-        booster = lgb.Booster(model_file=str(Path(base) / doc["file"]))
+        booster = _lightgbm().Booster(model_file=str(Path(base) / doc["file"]))
         if booster.feature_name() != CATEGORICAL + NUMERIC:
             raise StageError(f"{doc['file']} was fitted on other features ({len(booster.feature_name())}) than this "
                              f"version computes: re-run make calibrate")
@@ -304,5 +311,5 @@ def load_kernel_model(latency_model_file: str | Path) -> KernelModel | None:
         raise StageError(f"{path}: its kernel model file {doc.get('file')} is missing beside it: re-run make calibrate")
     try:
         return KernelModel.load(doc, path.parent)
-    except (KeyError, TypeError, lgb.basic.LightGBMError) as e:
+    except (KeyError, TypeError, _lightgbm().basic.LightGBMError) as e:
         raise StageError(f"{path}: kernel_model section unreadable ({type(e).__name__}: {e}): re-run make calibrate") from None

@@ -16,12 +16,19 @@ from lib.artifacts import atomic_path  # noqa: E402
 from lib.host import per_dtype  # noqa: E402
 
 
+DPI = 130
+
+
 def save(fig, out_dir: Path, name: str, formats=("png", "svg")) -> list[Path]:
+    # the figure's tight box (what bbox_inches="tight" crops to, legends below the axes included), measured once
+    # for all its formats: "tight" measured it for every file, 40% of 06's time; the PNGs are the same pixels
+    fig.set_dpi(DPI)        # text extents are measured at the dpi the files are written at
+    box = fig.get_tightbbox(fig.canvas.get_renderer()).padded(matplotlib.rcParams["savefig.pad_inches"])
     out = []
     for ext in formats:
         path = out_dir / f"{name}.{ext}"
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=ext, dpi=130, bbox_inches="tight")
+            fig.savefig(tmp, format=ext, dpi=DPI, bbox_inches=box)
         out.append(path)
     plt.close(fig)
     return out
