@@ -63,7 +63,7 @@ def main():
     p.add_argument("--repeats", type=int, default=5, help="runs of each stage per variant (default 5)")
     a = p.parse_args()
     if a.repeats < 1:
-        refuse("--repeats must be at least 1")
+        refuse("--repeats must be 1 or more")
     out = Printed()
     with tempfile.TemporaryDirectory() as d:
         model, rdir = Path(d) / "tiny.onnx", Path(d) / "r"

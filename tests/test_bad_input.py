@@ -191,7 +191,9 @@ def test_inputs_npz_entries_are_checked(tmp_path, good):
     ("bench/predict_unseen.py", ["--rounds", "0"], "must be 1 or more"),
     ("bench/predict_unseen.py", ["--passes", "0"], "must be 1 or more"),
     ("bench/qdq_weights.py", ["--rounds", "0"], "must be 1 or more"),
+    ("bench/stage_startup.py", ["--repeats", "0"], "must be 1 or more"),
 ])
 def test_accuracy_benches_refuse_bad_input_in_one_line(script, args, needle):
-    """issue 30's bench scripts: an unknown model or a count below 1 is one line and exit 2, before any work."""
+    """issue 30's bench scripts (and stage_startup's): an unknown model or a count below 1 is one line and exit 2,
+    before any work."""
     assert_clean_error(run_stage(script, *args), needle)

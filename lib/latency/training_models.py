@@ -224,10 +224,14 @@ def _lcnet(name: str):
     return Lcnet, (1, 3, 224, 224)
 
 
+# the models defined here (the others come from torchvision and transformers): name -> its (class, input shape)
+CUSTOM = {**dict.fromkeys(("lstm2", "gru2", "crnn"), _recurrent),
+          **dict.fromkeys(("unet_small", "yolo_tiny", "keras_cnn", "keras_mbv2"), _dense), "lcnet_decomposed": _lcnet}
+
+
 def _custom(name: str):
     import torch
-    make, shape = (_recurrent if name in ("lstm2", "gru2", "crnn") else _lcnet if name == "lcnet_decomposed"
-                   else _dense)(name)
+    make, shape = CUSTOM[name](name)
     return make(), (torch.randn(*shape),)
 
 
@@ -286,7 +290,7 @@ def build(name: str, out_dir: str | Path) -> Path:
     if name.startswith(("bert", "distil", "gpt2")):
         model, args = _hf(name)
         return _export(model, tuple(a.repeat(batch, 1) for a in args), out, ["input_ids", "attention_mask"])
-    if name in ("lstm2", "gru2", "crnn", "unet_small", "yolo_tiny", "keras_cnn", "keras_mbv2", "lcnet_decomposed"):
+    if name in CUSTOM:
         model, args = _custom(name)
         return _export(model, args, out, ["input"])
     model, size = _vision(name)
