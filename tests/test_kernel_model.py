@@ -6,6 +6,9 @@ as "the bound is below them" (a physical fact up to the profiler's 1 us resoluti
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -14,7 +17,7 @@ import pytest
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import make_model, run_stage, tensor, weight
+from conftest import REPO, make_model, run_stage, tensor, weight
 from lib.analysis import roofline as rf
 from lib.errors import StageError
 from lib.host import load_host, per_dtype
@@ -263,6 +266,36 @@ def test_fit_predict_save_load_and_lofo(records, tmp_path):
     assert sorted(lofo["family"]) == ["attn", "cnn", "dense"] and set(resid["family"]) == {"attn", "cnn", "dense"}
     sc = km.scores(lofo)
     assert set(sc["all"]) >= {"within_5", "within_10", "mape", "rmspe"} and set(sc["by_family"]) == {"attn", "cnn", "dense"}
+
+
+def test_lightgbm_without_scikit_learn_predicts_the_same(records, tmp_path):
+    """_lightgbm() imports LightGBM without its scikit-learn API (2 s of every stage 03 and 07): a fit and the
+    committed kernel model predict the same digits as with scikit-learn imported first, and scikit-learn still
+    imports afterwards."""
+    pd.concat([r["kernels"] for r in records]).to_pickle(tmp_path / "kt.pkl")
+    code = f"""
+import sys, json, pandas as pd
+if sys.argv[1] == "sklearn-first":
+    import sklearn.base
+from lib.host import load_host
+from lib.latency import kernel_model as km
+host, kt = load_host("configs/host.yaml"), pd.read_pickle({str(tmp_path / "kt.pkl")!r})
+micro = {{"model": "m", "family": "micro", "kernels": kt, "session_us": None}}
+fitted = km.KernelModel.fit([micro], host, rounds=20).predict_kernels(kt, host)["pred_us"]
+committed = km.load_kernel_model("configs/latency_model.yaml").predict_kernels(kt, host)["pred_us"]
+api = km._lightgbm().compat.SKLEARN_INSTALLED
+import sklearn.base
+print(json.dumps({{"api": api, "pred": [*fitted, *committed]}}))
+"""
+    out = {}
+    for variant in ("plain", "sklearn-first"):
+        r = subprocess.run([sys.executable, "-c", code, variant], capture_output=True, text=True, cwd=REPO,
+                           env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert r.returncode == 0, r.stderr[-2000:]
+        out[variant] = json.loads(r.stdout)
+    assert out["plain"]["api"] is False and out["sklearn-first"]["api"] is True
+    assert len(out["plain"]["pred"]) == 2 * sum(len(r["kernels"]) for r in records)
+    assert out["plain"]["pred"] == out["sklearn-first"]["pred"]
 
 
 def test_an_unseen_kernel_type_is_flagged(records):

@@ -24,11 +24,11 @@ another device predicts that device's kernels here (stage 07, lib/split/ranking.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import nnls
 
 from lib.analysis.roofline import LEVELS, bound_us
 from lib.artifacts import atomic_path, load_yaml
@@ -84,8 +84,15 @@ def _dims(text: str) -> list[float]:
 
 
 def _lightgbm():
-    # imported when a model is fitted or loaded: its import (scikit-learn with it) takes 2 s, which stages that
-    # reach this module but use no kernel model (07 and 08 without a device's own) need not pay
+    """LightGBM, imported when a model is fitted or loaded (stages that use no kernel model need not pay for it),
+    and without its scikit-learn API, which this module does not use: LightGBM imports scikit-learn when it can
+    (and scikit-learn scipy.stats), 2 of the 3 s its import took, paid by every stage 03 and 07 on every model."""
+    if "lightgbm" not in sys.modules and "sklearn" not in sys.modules:
+        sys.modules["sklearn"] = None        # import sklearn raises ImportError: LightGBM goes on without it
+        try:
+            import lightgbm  # noqa: F401
+        finally:
+            del sys.modules["sklearn"]
     import lightgbm
     return lightgbm
 
@@ -133,6 +140,7 @@ def from_target(y, bound) -> np.ndarray:
 
 def fit_overhead(kernel_sum_us, n_kernels, session_us) -> dict[str, float]:
     """a, b, c >= 0 of session = (1 + a) x sum + b x n + c (non-negative least squares, relative weights)."""
+    from scipy.optimize import nnls     # here: scipy.optimize's import is 0.4 s of every stage that predicts
     s, n, y = (np.asarray(v, float) for v in (kernel_sum_us, n_kernels, session_us))
     w = 1.0 / np.maximum(y, 1.0)        # relative error: a 50 ms model does not drown a 1 ms one
     coef, _ = nnls(np.column_stack([s, n, np.ones_like(s)]) * w[:, None], (y - s) * w)
