@@ -246,6 +246,11 @@ def calibrate_kernels(host: dict, quick: bool = False, threads: int = 0, runs: i
     models = step("training models", training_records, host, quick, threads, runs=5 if quick else runs)
     host = step("host probe 3", probe_again, host, quick, threads)
     host, raised = raise_to_observed(host, micro + models)
+    # the host file's bound, before the held-out fits: the held-out figures and the intervals are those of the
+    # bounds the written model predicts with
+    host, kept = best_of_before(with_headroom(host), before)
+    peaks = host["peak_flops_per_s"]    # 'default' never below fp32's: the file and the model saved with it agree
+    peaks["default"] = max(float(peaks.get("default", 0.0)), float(peaks.get("float", 0.0)))
     rounds = 60 if quick else km.ROUNDS
     lofo, resid, sc = step("leave-one-family-out", held_out, micro + models, host, threads, rounds)
     ops = bad_kernel_ops(lofo, resid) if len(lofo) else set()
@@ -258,9 +263,6 @@ def calibrate_kernels(host: dict, quick: bool = False, threads: int = 0, runs: i
             micro, (lofo, resid, sc) = micro + dense, again
         else:
             print("  the denser micro-benchmarks did not lower the held-out error: left out", flush=True)
-    host, kept = best_of_before(with_headroom(host), before)   # the host file's bound; the model is fitted against it
-    peaks = host["peak_flops_per_s"]    # 'default' never below fp32's: the file and the model saved with it agree
-    peaks["default"] = max(float(peaks.get("default", 0.0)), float(peaks.get("float", 0.0)))
     model = step("final fit", km.KernelModel.fit, micro + models, host, threads, rounds)
     if len(resid):
         model.residuals = km.residual_quantiles(resid["type"], resid["r"].to_numpy(float))
