@@ -3,7 +3,7 @@
 Relu), median wall time over the repeats; for the stages that reach lib.latency.kernel_model, also as they ran
 before its start-up changes: LightGBM imported up front, with its scikit-learn API (which imports scikit-learn and
 scipy.stats), and scipy.optimize (kernel_model's `_lightgbm()` imports LightGBM only where a model is fitted or
-loaded, and without scikit-learn; 08 needs no kernel model, 03 and 07 load one).
+loaded, and in a stage process without scikit-learn; 08 needs no kernel model, 03 and 07 load one).
 
     .venv/bin/python bench/stage_startup.py [--repeats 5] [--record]
 

@@ -75,8 +75,15 @@ def add_system(p: Parser) -> None:
 GC_THRESHOLDS = (100_000, 50, 1000)
 
 
+# True in a process run() started: a stage (or make calibrate, zoo.py), short-lived, that imports LightGBM without
+# its scikit-learn API (lib/latency/kernel_model.py's _lightgbm); a test or a library user keeps the whole of it
+IN_STAGE = False
+
+
 def run(main, argv=None) -> None:
     """Run a stage's main(args) under the exit-code contract."""
+    global IN_STAGE
+    IN_STAGE = True
     gc.set_threshold(*GC_THRESHOLDS)
     try:
         rc = main(argv)

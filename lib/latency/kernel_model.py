@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lib import cli
 from lib.analysis.roofline import LEVELS, bound_us
 from lib.artifacts import atomic_path, load_yaml
 from lib.errors import StageError
@@ -84,10 +85,11 @@ def _dims(text: str) -> list[float]:
 
 
 def _lightgbm():
-    """LightGBM, imported when a model is fitted or loaded (stages that use no kernel model need not pay for it),
-    and without its scikit-learn API, which this module does not use: LightGBM imports scikit-learn when it can
-    (and scikit-learn scipy.stats), 2 of the 3 s its import took, paid by every stage 03 and 07 on every model."""
-    if "lightgbm" not in sys.modules and "sklearn" not in sys.modules:
+    """LightGBM, imported when a model is fitted or loaded (stages that use no kernel model need not pay for it);
+    in a stage process without its scikit-learn API, which this module does not use: LightGBM imports
+    scikit-learn when it can (and scikit-learn scipy.stats), 2 of the 3 s its import took, paid by every stage 03
+    and 07 on every model. Not in other processes: LightGBM's LGBMClassifier & co. would then refuse to work."""
+    if cli.IN_STAGE and "lightgbm" not in sys.modules and "sklearn" not in sys.modules:
         sys.modules["sklearn"] = None        # import sklearn raises ImportError: LightGBM goes on without it
         try:
             import lightgbm  # noqa: F401
