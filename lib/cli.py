@@ -75,8 +75,8 @@ def add_system(p: Parser) -> None:
 GC_THRESHOLDS = (100_000, 50, 1000)
 
 
-# True in a process run() started: a stage (or make calibrate, zoo.py), short-lived, that imports LightGBM without
-# its scikit-learn API (lib/latency/kernel_model.py's _lightgbm); a test or a library user keeps the whole of it
+# True in a process run() started (a stage, make calibrate, zoo.py, the sweep: short-lived), which imports LightGBM
+# without its scikit-learn API (lib/latency/kernel_model.py's _lightgbm); a test or a library user keeps the whole
 IN_STAGE = False
 
 

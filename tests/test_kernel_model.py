@@ -277,18 +277,21 @@ def test_a_stage_imports_lightgbm_without_scikit_learn_and_predicts_the_same(rec
     code = f"""
 import sys, json, pandas as pd
 from lib import cli
-cli.IN_STAGE = sys.argv[1] == "stage"
 from lib.host import load_host
 from lib.latency import kernel_model as km
-host, kt = load_host("configs/host.yaml"), pd.read_pickle({str(tmp_path / "kt.pkl")!r})
-micro = {{"model": "m", "family": "micro", "kernels": kt, "session_us": None}}
-fitted = km.KernelModel.fit([micro], host, rounds=20).predict_kernels(kt, host)["pred_us"]
-committed = km.load_kernel_model("configs/latency_model.yaml").predict_kernels(kt, host)["pred_us"]
-lgb = km._lightgbm()
-import sklearn.base
-if not cli.IN_STAGE:
-    lgb.LGBMClassifier(n_estimators=2, verbose=-1).fit([[0.0], [1.0]] * 10, [0, 1] * 10)
-print(json.dumps({{"api": lgb.compat.SKLEARN_INSTALLED, "pred": [*fitted, *committed]}}))
+
+def main(argv):
+    host, kt = load_host("configs/host.yaml"), pd.read_pickle({str(tmp_path / "kt.pkl")!r})
+    micro = {{"model": "m", "family": "micro", "kernels": kt, "session_us": None}}
+    fitted = km.KernelModel.fit([micro], host, rounds=20).predict_kernels(kt, host)["pred_us"]
+    committed = km.load_kernel_model("configs/latency_model.yaml").predict_kernels(kt, host)["pred_us"]
+    lgb = km._lightgbm()
+    import sklearn.base
+    if not cli.IN_STAGE:
+        lgb.LGBMClassifier(n_estimators=2, verbose=-1).fit([[0.0], [1.0]] * 10, [0, 1] * 10)
+    print(json.dumps({{"api": lgb.compat.SKLEARN_INSTALLED, "pred": [*fitted, *committed]}}))
+
+cli.run(main) if sys.argv[1] == "stage" else main(None)
 """
     out = {}
     for variant in ("stage", "library"):

@@ -237,7 +237,8 @@ def calibrate_kernels(host: dict, quick: bool = False, threads: int = 0, runs: i
     step = Steps()
     before = before or host
     # the probe starts from its own figures: maxed with the file's (headroom included) they grew 1.15x per
-    # calibration up to the FMA ceiling, and past any bound on a CPU without one; best_of_before compares at the end
+    # calibration up to the FMA ceiling, and past any bound on a CPU without one; best_of_before compares after the
+    # last probe
     fresh = {k: v for k, v in host["peak_flops_per_s"].items() if k not in CALIBRATED_PEAKS}
     host = step("host probe", probe_host, {**host, "peak_flops_per_s": fresh}, quick, threads)
     first = micro_cases(quick)
