@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Batch sweeps, predicted vs measured per batch (issue 30): ResNet-50 and a BERT encoder, batch 1-16.
 
-    .venv/bin/python bench/batch_sweep.py [--models resnet50 hf-bert] [--batches 1 2 4 8 16] [--rounds 3] [--record]
+    .venv/bin/python bench/batch_sweep.py [--models resnet50 hf-bert] [--batches 1 2 4 8 16] [--rounds 9] [--record]
 
 Each model is built into models/ when missing (random weights: resnet50 with a symbolic batch, the dynamo
 exporter; hf-bert from a Hugging Face config, 4 layers x 256, sequence 128) and swept by `make sweep`'s code
@@ -29,7 +29,8 @@ MODELS = {  # name: (export_models arguments, sweep keyword arguments)
 def main():
     p = parser(__doc__, models=list(MODELS), recorded=True)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    p.add_argument("--rounds", type=int, default=3, help="each batch measured this many times in turn (default 3)")
+    p.add_argument("--rounds", type=int, default=9,
+                   help="each batch measured this many times in turn (default 9, as make calibrate)")
     p.add_argument("--runs", type=int, default=10, help="stage 01 runs per batch and round (default 10)")
     a = p.parse_args()
     unknown = sorted(set(a.models) - set(MODELS))

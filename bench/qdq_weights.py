@@ -2,7 +2,7 @@
 """A QDQ model's weight type, predicted vs measured: resnet18 quantized by ONNX Runtime's quantize_static with
 int8 weights (a training model, resnet18_qdq) and with uint8 weights (resnet18_qdq_u8, never trained on).
 
-    .venv/bin/python bench/qdq_weights.py [--rounds 3] [--record]
+    .venv/bin/python bench/qdq_weights.py [--rounds 9] [--record]
 
 ORT runs a QDQ conv with uint8 weights as its u8u8 QLinearConv, with int8 weights as u8s8: two kernel types
 (lib/onnx/metrics.py compute_dtype). Per model: the measured session latency (stage 01's profiling, `--rounds`
@@ -29,7 +29,8 @@ from lib.onnx.metrics import node_metrics  # noqa: E402
 
 def main():
     p = parser(__doc__, recorded=True)
-    p.add_argument("--rounds", type=int, default=3, help="profiled rounds of 10 runs per model (default 3)")
+    p.add_argument("--rounds", type=int, default=9,
+                   help="profiled rounds of 10 runs per model (default 9, as make calibrate)")
     a = p.parse_args()
     if a.rounds < 1:
         refuse("--rounds must be 1 or more")

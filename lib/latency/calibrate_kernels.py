@@ -118,7 +118,9 @@ def with_headroom(host: dict) -> dict:
     return {**host, "peak_flops_per_s": peaks, "bandwidth_bytes_per_s": bws}
 
 
-MODEL_ROUNDS = 3       # training models profiled in 3 interleaved rounds, medians kept (lib/latency/training.py)
+# training models profiled in 9 interleaved rounds, medians kept (lib/latency/training.py): on a shared 2-core VM
+# 19 models measured twice in a row repeated within 10% on 89% of them with 9 rounds, on 58% with 3
+MODEL_ROUNDS = 9
 
 
 def training_records(host: dict, quick: bool, threads: int, runs: int) -> list[dict]:
