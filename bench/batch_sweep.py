@@ -18,6 +18,7 @@ from _models import REPO, Printed, ensure_model, parser, refuse
 
 sys.path.insert(0, str(REPO))
 
+from lib.latency.calibrate_kernels import MODEL_ROUNDS  # noqa: E402
 from lib.latency.sweep import sweep  # noqa: E402
 
 MODELS = {  # name: (export_models arguments, sweep keyword arguments)
@@ -29,8 +30,8 @@ MODELS = {  # name: (export_models arguments, sweep keyword arguments)
 def main():
     p = parser(__doc__, models=list(MODELS), recorded=True)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    p.add_argument("--rounds", type=int, default=9,
-                   help="each batch measured this many times in turn (default 9, as make calibrate)")
+    p.add_argument("--rounds", type=int, default=MODEL_ROUNDS,
+                   help="each batch measured this many times in turn (default %(default)s, as make calibrate)")
     p.add_argument("--runs", type=int, default=10, help="stage 01 runs per batch and round (default 10)")
     a = p.parse_args()
     unknown = sorted(set(a.models) - set(MODELS))

@@ -28,6 +28,7 @@ from bench.corpus import MANIFEST  # noqa: E402
 from lib.analysis.roofline import RESOLUTION_US  # noqa: E402
 from lib.host import load_host  # noqa: E402
 from lib.latency import kernel_model as km  # noqa: E402
+from lib.latency.calibrate_kernels import MODEL_ROUNDS  # noqa: E402
 from lib.latency.latency_model import predict_profile  # noqa: E402
 from lib.latency.microbench import _graph_and_feeds_of_path  # noqa: E402
 from lib.latency.predict import baseline_host, kernel_prediction  # noqa: E402
@@ -83,9 +84,9 @@ def measured(ready: dict, entries: dict, host: dict, rounds: int, runs: int) -> 
 
 def main():
     p = parser(__doc__, models=DEFAULT, recorded=True)
-    p.add_argument("--rounds", type=int, default=9,
-                   help="profiles per model, the models in turn (default 9, as make calibrate: with 3 the host "
-                        "repeated its own measurement within 10%% on 58%% of the models, with 9 on 89%%)")
+    p.add_argument("--rounds", type=int, default=MODEL_ROUNDS,
+                   help="profiles per model, the models in turn (default %(default)s, as make calibrate; "
+                        "docs/latency-model.md says why)")
     p.add_argument("--runs", type=int, default=10, help="measured runs per profile (default 10, as stage 01)")
     p.add_argument("--passes", type=int, default=1,
                    help="measure everything this many times, one pass after the other (2: how far the host's own "

@@ -19,6 +19,7 @@ from _models import REPO, Printed, parser, refuse
 sys.path.insert(0, str(REPO))
 
 from lib.host import load_host  # noqa: E402
+from lib.latency.calibrate_kernels import MODEL_ROUNDS  # noqa: E402
 from lib.latency.kernel_model import load_kernel_model  # noqa: E402
 from lib.latency.predict import kernel_prediction, optimized_graph  # noqa: E402
 from lib.latency.profiling import profile_model  # noqa: E402
@@ -29,8 +30,8 @@ from lib.onnx.metrics import node_metrics  # noqa: E402
 
 def main():
     p = parser(__doc__, recorded=True)
-    p.add_argument("--rounds", type=int, default=9,
-                   help="profiled rounds of 10 runs per model (default 9, as make calibrate)")
+    p.add_argument("--rounds", type=int, default=MODEL_ROUNDS,
+                   help="profiled rounds of 10 runs per model (default %(default)s, as make calibrate)")
     a = p.parse_args()
     if a.rounds < 1:
         refuse("--rounds must be 1 or more")

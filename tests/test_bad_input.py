@@ -187,6 +187,7 @@ def test_inputs_npz_entries_are_checked(tmp_path, good):
 @pytest.mark.parametrize("script,args,needle", [
     ("bench/batch_sweep.py", ["--models", "nope"], "unknown model(s) nope"),
     ("bench/batch_sweep.py", ["--batches", "0"], "must be 1 or more"),
+    ("bench/batch_sweep.py", ["--rounds", "0"], "must be 1 or more"),
     ("bench/predict_unseen.py", ["--models", "nope"], "nope"),
     ("bench/predict_unseen.py", ["--rounds", "0"], "must be 1 or more"),
     ("bench/predict_unseen.py", ["--passes", "0"], "must be 1 or more"),
