@@ -11,8 +11,11 @@ predicted by the calibrated kernel model of configs/latency_model.yaml from ORT'
 costs (never from its own kernel times), the baseline efficiency model beside it. Also counted: kernels measured
 faster than their roofline bound by more than the profiler's 1 us (the bound must hold), the five furthest below
 named; with --passes, how many are below it in both passes (below in one pass only: the host's faster minute;
-in both: a count of bytes or FLOPs to check). Run `make calibrate`
-first, on a quiet machine. `--record` writes the table into bench/RESULTS.md.
+in both: a count of bytes or FLOPs to check). The training models of `--drift-models` (default: all of them)
+are profiled in the same rounds and compared with what `make calibrate` measured of them: how far the host has
+moved since the calibration, the ceiling of any prediction's score here (a perfect predictor of the calibration
+host, scored now). Run `make calibrate` first, on a quiet machine. `--record` writes the table into
+bench/RESULTS.md.
 """
 import json
 import sys
@@ -26,8 +29,9 @@ sys.path.insert(0, str(REPO))
 
 from bench.corpus import MANIFEST  # noqa: E402
 from lib.analysis.roofline import RESOLUTION_US  # noqa: E402
+from lib.artifacts import CONFIGS, load_yaml  # noqa: E402
 from lib.host import load_host  # noqa: E402
-from lib.latency import kernel_model as km  # noqa: E402
+from lib.latency import kernel_model as km, training_models as tm  # noqa: E402
 from lib.latency.calibrate_kernels import MODEL_ROUNDS  # noqa: E402
 from lib.latency.latency_model import predict_profile  # noqa: E402
 from lib.latency.microbench import _graph_and_feeds_of_path  # noqa: E402
@@ -73,13 +77,29 @@ def row(rec: dict, model: km.KernelModel, host: dict) -> dict:
             "below_bound": len(below)}
 
 
-def measured(ready: dict, entries: dict, host: dict, rounds: int, runs: int) -> dict[str, dict]:
-    """One pass: every model profiled `rounds` times, the models in turn, its rounds merged (medians)."""
+def measured(ready: dict, host: dict, rounds: int, runs: int) -> dict[str, dict]:
+    """One pass: every model of {name: (path, graph, feeds, class)} profiled `rounds` times, the models in turn,
+    its rounds merged (medians)."""
     done: dict[str, list[dict]] = {m: [] for m in ready}
     for _ in range(rounds):
-        for m, (path, g, feeds) in ready.items():
-            done[m].append(profile_record(path, m, entries[m]["class"], host, runs=runs, graph=g, feeds=feeds))
+        for m, (path, g, feeds, cls) in ready.items():
+            done[m].append(profile_record(path, m, cls, host, runs=runs, graph=g, feeds=feeds))
     return {m: merge_rounds(r) for m, r in done.items()}
+
+
+def calibration_sessions(names: list[str]) -> dict[str, float]:
+    """{training model: the session latency make calibrate measured of it} (its held-out table), for `names`."""
+    held = (load_yaml(LATENCY_MODEL, "latency model").get("kernel_model") or {}).get("heldout") or {}
+    return {r["model"]: float(r["measured_us"]) for r in held.get("models", []) if r.get("model") in names}
+
+
+def drift_models(names: list[str]) -> dict[str, tuple]:
+    """{training model: (path, graph, feeds, 'training')} of those make calibrate measured (built if missing)."""
+    out = {}
+    for m in calibration_sessions(names):
+        path = tm.build(m, REPO / "models" / "train")
+        out[m] = (path, *_graph_and_feeds_of_path(path, None, str(CONFIGS / "workload.yaml")), "training")
+    return out
 
 
 def main():
@@ -91,9 +111,16 @@ def main():
     p.add_argument("--passes", type=int, default=1,
                    help="measure everything this many times, one pass after the other (2: how far the host's own "
                         "measurements move between passes, the ceiling of any prediction's score here)")
+    p.add_argument("--drift-models", nargs="*", default=tm.names(), metavar="NAME",
+                   help="training models measured beside them, against make calibrate's measurement (default: all "
+                        "of them; none: leave out)")
     a = p.parse_args()
     if min(a.rounds, a.runs, a.passes) < 1:
         refuse("--rounds, --runs and --passes must be 1 or more")
+    unknown = sorted(set(a.drift_models) - set(tm.names()))
+    if unknown:
+        refuse(f"--drift-models: not a training model: {', '.join(unknown)} (their names: FAMILIES "
+               f"in lib/latency/training_models.py)")
     entries = {e["name"]: e for e in json.loads(MANIFEST.read_text())["models"]} if MANIFEST.exists() else {}
     missing = [m for m in a.models if m not in entries]
     if missing:
@@ -102,8 +129,9 @@ def main():
     if model is None:
         refuse(f"no kernel model in {LATENCY_MODEL}: run make calibrate first")
     t0 = time.perf_counter()
-    ready = {m: prepared(entries[m]) for m in a.models}
-    passes = [measured(ready, entries, host, a.rounds, a.runs) for _ in range(a.passes)]
+    ready = {m: (*prepared(entries[m]), entries[m]["class"]) for m in a.models}
+    ready.update(drift_models([m for m in a.drift_models if m not in ready]))
+    passes = [measured(ready, host, a.rounds, a.runs) for _ in range(a.passes)]
     rows = [row(passes[0][m], model, host) for m in a.models]
     out = Printed()
     out(f"{len(rows)} trained models not in the training corpus, {a.passes} pass(es) x {a.rounds} rounds x "
@@ -142,6 +170,13 @@ def main():
                    for m, r in zip(a.models, rows))
         out(f"kernels below their bound in pass {a.passes}: {sum(map(len, last.values()))}; below it in both "
             f"passes: {both}")
+    calibrated = calibration_sessions(a.drift_models)
+    if calibrated:      # the same models measured by make calibrate and now: how far the host moved in between
+        moved = np.array([passes[0][m]["session_us"] / us - 1 for m, us in calibrated.items()])
+        out(f"the host since make calibrate ({len(moved)} training models measured in pass 1 against calibration's "
+            f"measurement; a perfect predictor of the calibration host, scored now): "
+            f"{np.mean(np.abs(moved) <= 0.10):.0%} within 10%, median change {100 * np.median(moved):+.1f}%, "
+            f"median |change| {100 * np.median(np.abs(moved)):.1f}%, largest {100 * moved[np.argmax(np.abs(moved))]:+.0f}%")
     out.record("predict_unseen", a.record)
 
 

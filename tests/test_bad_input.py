@@ -191,6 +191,7 @@ def test_inputs_npz_entries_are_checked(tmp_path, good):
     ("bench/predict_unseen.py", ["--models", "nope"], "nope"),
     ("bench/predict_unseen.py", ["--rounds", "0"], "must be 1 or more"),
     ("bench/predict_unseen.py", ["--passes", "0"], "must be 1 or more"),
+    ("bench/predict_unseen.py", ["--drift-models", "nope"], "not a training model: nope"),
     ("bench/qdq_weights.py", ["--rounds", "0"], "must be 1 or more"),
     ("bench/stage_startup.py", ["--repeats", "0"], "must be 1 or more"),
 ])
