@@ -112,8 +112,8 @@ def main():
                    help="measure everything this many times, one pass after the other (2: how far the host's own "
                         "measurements move between passes, the ceiling of any prediction's score here)")
     p.add_argument("--drift-models", nargs="*", default=tm.names(), metavar="NAME",
-                   help="training models measured beside them, against make calibrate's measurement (default: all "
-                        "of them; none: leave out)")
+                   help="training models profiled in the same rounds and compared with make calibrate's measurement "
+                        "of them (default: all of them; the option with no name: none)")
     a = p.parse_args()
     if min(a.rounds, a.runs, a.passes) < 1:
         refuse("--rounds, --runs and --passes must be 1 or more")
