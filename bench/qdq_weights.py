@@ -19,7 +19,7 @@ from _models import REPO, Printed, parser, refuse
 sys.path.insert(0, str(REPO))
 
 from lib.host import load_host  # noqa: E402
-from lib.latency.calibrate_kernels import MODEL_ROUNDS  # noqa: E402
+from lib.latency.calibrate_kernels import MODEL_ROUNDS, TRAIN_DIR  # noqa: E402
 from lib.latency.kernel_model import load_kernel_model  # noqa: E402
 from lib.latency.predict import kernel_prediction, optimized_graph  # noqa: E402
 from lib.latency.profiling import profile_model  # noqa: E402
@@ -42,7 +42,7 @@ def main():
     out = Printed()
     out(f"{'model':18s} {'weights':7s} {'measured ms':>11s} {'predicted ms':>12s} {'error':>6s} {'typed int8 ms':>13s} {'error':>6s}")
     for name, weights in (("resnet18_qdq", "int8"), ("resnet18_qdq_u8", "uint8")):
-        path = build(name, REPO / "models" / "train")
+        path = build(name, TRAIN_DIR)
         g = graph_of_path(path)
         metrics = node_metrics(g)
         opt = optimized_graph(path)

@@ -121,15 +121,15 @@ def with_headroom(host: dict) -> dict:
 # training models profiled in 9 interleaved rounds, medians kept (lib/latency/training.py): on a shared 2-core VM
 # 19 models measured twice in a row repeated within 10% on 89% of them with 9 rounds, on 58% with 3
 MODEL_ROUNDS = 9
+TRAIN_DIR = REPO / "models" / "train"      # where the training models are built (once)
 
 
 def training_records(host: dict, quick: bool, threads: int, runs: int) -> list[dict]:
-    d = REPO / "models" / "train"
     built = []
     prog = Progress("training models", total=len(tm.names(quick)))
     for k, name in enumerate(tm.names(quick)):
         try:
-            built.append((name, tm.FAMILY_OF[name], tm.build(name, d)))
+            built.append((name, tm.FAMILY_OF[name], tm.build(name, TRAIN_DIR)))
         except Exception as e:  # noqa: BLE001 - an exporter failing on one model leaves the others
             print(f"  note: training model {name} not built ({type(e).__name__}: {str(e)[:120]})", flush=True)
         prog.update(k + 1, f"built {name}")

@@ -33,11 +33,17 @@ def fusion_roles(g, optimized: onnx.ModelProto) -> pd.DataFrame:
     return df[["node", "attribution", "fused_into"]]
 
 
+def training_inputs(path) -> tuple:
+    """(graph, feeds) of a training model as make calibrate profiles it (stage 01's seeded inputs, the workload's
+    shapes): a bench comparing its own measurement with calibration's must feed the same inputs."""
+    return _graph_and_feeds_of_path(path, None, str(CONFIGS / "workload.yaml"))
+
+
 def profile_record(path: str | Path, name: str, family: str, host: dict, *, runs: int = 10, warmup: int = 3,
                    threads: int = 0, graph=None, feeds=None, session: bool = True) -> dict:
     """One model (or micro graph) profiled: its training record (see the module docstring)."""
     if graph is None:
-        graph, feeds = _graph_and_feeds_of_path(path, None, str(CONFIGS / "workload.yaml"))    # as stage 01
+        graph, feeds = training_inputs(path)
     metrics = node_metrics(graph)
     with tempfile.TemporaryDirectory(prefix="ktrain_") as tmp:
         prof = profile_model(str(path), feeds, runs=runs, warmup=warmup, threads=threads, progress=False,
@@ -78,7 +84,7 @@ def profile_models(models: list[tuple[str, str, Path]], host: dict, *, runs: int
             t0 = time.perf_counter()
             try:
                 if name not in graphs:      # inferred once, profiled every round
-                    graphs[name] = _graph_and_feeds_of_path(path, None, str(CONFIGS / "workload.yaml"))
+                    graphs[name] = training_inputs(path)
                 g, feeds = graphs[name]
                 done.setdefault(name, []).append(profile_record(path, name, family, host, runs=runs, threads=threads,
                                                                 graph=g, feeds=feeds))
