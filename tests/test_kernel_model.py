@@ -508,3 +508,42 @@ def test_a_softmax_or_reduce_along_an_inner_axis_carries_its_stride(tmp_path):
     g = graph_of(onnx.load(str(tmp_path / "old.onnx")))
     kt = kernel_table(g, node_metrics(g), optimized_graph(tmp_path / "old.onnx"))
     assert kt["axis_stride"].tolist() == [1.0]
+
+
+def test_an_rnn_kernel_is_learnt_per_step(tmp_path):
+    """An RNN runs its steps one after another: its target's base is 1 us per step (sequence length x directions,
+    read off its output Y = seq x directions x batch x hidden), not its FLOP bound; other kernels keep a base of
+    max(bound, 1 us), and no prediction falls below the bound."""
+    seq, hidden = 7, 4
+    nodes = [helper.make_node("LSTM", ["x", "W", "R"], ["y"], name="lstm", hidden_size=hidden, direction="bidirectional"),
+             helper.make_node("Relu", ["y"], ["out"], name="relu")]
+    make_model(nodes, [tensor("x", [seq, 1, 3])], [tensor("out", [seq, 2, 1, hidden])],
+               [weight("W", [2, 4 * hidden, 3]), weight("R", [2, 4 * hidden, hidden])], path=tmp_path / "lstm.onnx")
+    host = load_host("configs/host.yaml")
+    kt = profile_record(tmp_path / "lstm.onnx", "lstm", "rnn", host, runs=3, warmup=1)["kernels"]
+    steps = km.sequential_steps(kt)
+    assert dict(zip(kt["op"], steps)) == {"LSTM": 2 * seq, "Relu": 1.0}
+    bound = np.array([0.01, 0.01])                      # both far below the profiler's resolution
+    assert km.target([28.0, 3.0], bound, steps) == pytest.approx(np.log([28.0 / 14, 3.0]))
+    assert km.from_target(np.log([2.0, 3.0]), bound, steps) == pytest.approx([28.0, 3.0])
+    assert km.from_target(np.array([-9.0]), np.array([50.0]), np.array([14.0]))[0] == 50.0   # never below the bound
+
+
+def test_03_flags_kernels_that_read_subnormal_weights(tmp_path):
+    """Half the conv's weights subnormal (1e-40): ORT's kernel reading them is named with its share, 03 warns and
+    merge_meta.json's prediction lists it; the same conv with normal weights is not flagged."""
+    conv_relu_add(tmp_path / "m.onnx")
+    m = onnx.load(tmp_path / "m.onnx")
+    w = next(t for t in m.graph.initializer if t.name == "W")
+    a = numpy_helper.to_array(w).copy()
+    a.flat[::2] = 1e-40                      # 108 of 216 values, below float32's smallest normal (1.2e-38)
+    w.CopyFrom(numpy_helper.from_array(a, "W"))
+    onnx.save(m, tmp_path / "sub.onnx")
+    for name, flagged in (("m", False), ("sub", True)):
+        rdir = tmp_path / name
+        assert run_stage("02_shapes_flops_bytes.py", "--model", tmp_path / f"{name}.onnx", "--results", rdir).returncode == 0
+        r = run_stage("03_merge_profile_metrics.py", "--model", tmp_path / f"{name}.onnx", "--results", rdir)
+        assert r.returncode == 0, r.stderr
+        pred = json.loads((rdir / "merge_meta.json").read_text())["prediction"]
+        assert ("read subnormal (denormal) weights" in r.stdout) is flagged
+        assert list(pred["subnormal_weight_kernels"].values()) == ([0.5] if flagged else [])

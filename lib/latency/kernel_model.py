@@ -7,8 +7,9 @@ what a kernel's time depends on: its op, the number of nodes fused into it, comp
 weight bytes, arithmetic intensity, memory level, threads, the stride of the axis a Softmax or Reduce* works along.
 A LightGBM regressor (gradient-boosted trees, as nn-Meter keeps per kernel type; categorical splits on op/dtype/
 memory level, so one model serves all types) learns
-y = log(t / max(bound, 1 us)); the prediction max(bound, max(bound, 1 us) x e^y) is never below the bound (the
-utilisation stays in (0, 1], as in NeuSight).
+y = log(t / max(bound, 1 us x steps)); the prediction max(bound, max(bound, 1 us x steps) x e^y) is never below the
+bound (the utilisation stays in (0, 1], as in NeuSight). steps is 1, except for an RNN: its sequence length x
+directions, the steps it runs one after another.
 
 Kernel types (op/compute dtype) the training never saw are flagged `seen = False`. The interval of a kernel
 comes from the held-out (leave-one-family-out) residual quantiles of its type (of all kernels for a type with
@@ -35,6 +36,7 @@ from lib.analysis.roofline import LEVELS, bound_us
 from lib.artifacts import atomic_path, load_yaml
 from lib.errors import StageError
 from lib.host import per_dtype
+from lib.onnx.ops import REGISTRY
 
 # not the fused pattern: its strings are model-specific (Conv+Sigmoid, MatMul+Add+Mod+Add), an unseen one falls on an
 # arbitrary side of every categorical split (held out by family, such models were predicted tens of percent off)
@@ -42,6 +44,9 @@ CATEGORICAL = ["op", "compute_dtype", "mem_level"]
 NUMERIC = ["log_flops", "log_bytes", "log_weight", "log_numel", "log_ai", "log_bound", "n_nodes", "rank",
            "d1", "d2", "d3", "d4", "layout", "threads", "level", "micro", "log_stride"]
 FLOOR_US = 1.0          # the profiler's resolution: the base of the target for kernels whose bound is below it
+# an RNN runs its steps one after another, each a few small GEMMs: its base is FLOOR_US per step, so the trees learn
+# its time per step (held out by family, a GRU was predicted 2.2x its time as a multiple of its FLOP bound)
+RECURRENT = {k.rpartition(":")[2] for k, op in REGISTRY.items() if op.op_class == "recurrent"}
 MIN_T_US = 0.5          # a kernel recorded as 0 us ran for under a microsecond
 PARAMS = {"objective": "regression", "learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 20,
           "feature_fraction": 0.9, "bagging_fraction": 0.9, "bagging_freq": 1, "lambda_l2": 1.0,
@@ -132,12 +137,20 @@ def _categorize(f: pd.DataFrame, categories: dict[str, list[str]]) -> pd.DataFra
     return f[CATEGORICAL + NUMERIC]
 
 
-def target(t_us, bound) -> np.ndarray:
-    return np.log(np.maximum(np.asarray(t_us, float), MIN_T_US) / np.maximum(bound, FLOOR_US))
+def sequential_steps(kt: pd.DataFrame) -> np.ndarray:
+    """Per kernel, the steps it runs one after another: an RNN's sequence length x directions (its output Y is
+    seq x directions x batch x hidden), 1 for any other kernel."""
+    d = np.array([_dims(x) for x in kt["dims"].fillna("")], dtype=float).reshape(len(kt), 5)
+    rnn = kt["op"].astype(str).isin(RECURRENT).to_numpy() & (d[:, 0] == 4)
+    return np.where(rnn, d[:, 1] * d[:, 2], 1.0)
 
 
-def from_target(y, bound) -> np.ndarray:
-    return np.maximum(bound, np.maximum(bound, FLOOR_US) * np.exp(y))
+def target(t_us, bound, steps=1.0) -> np.ndarray:
+    return np.log(np.maximum(np.asarray(t_us, float), MIN_T_US) / np.maximum(bound, FLOOR_US * steps))
+
+
+def from_target(y, bound, steps=1.0) -> np.ndarray:
+    return np.maximum(bound, np.maximum(bound, FLOOR_US * steps) * np.exp(y))
 
 
 def fit_overhead(kernel_sum_us, n_kernels, session_us) -> dict[str, float]:
@@ -169,7 +182,7 @@ class KernelModel:
         kt = kt[kt["t_us"].notna()]
         f, b = features(kt, host, threads)
         categories = {c: sorted(set(f[c].astype(str))) for c in CATEGORICAL}
-        y = target(kt["t_us"], b)
+        y = target(kt["t_us"], b, sequential_steps(kt))
         w = np.sqrt(np.maximum(kt["t_us"].to_numpy(float), 1.0))   # the kernels that make a session's time count more
         lgb = _lightgbm()
         booster = lgb.train(PARAMS, lgb.Dataset(_categorize(f, categories), y, weight=w,
@@ -192,14 +205,15 @@ class KernelModel:
         alone = np.zeros(len(kt)) if self.model_kinds is None else (~kernel_kind(kt).isin(self.model_kinds)).astype(float)
         f, b = features(kt.assign(micro=alone), host, self.threads)
         y = self.booster.predict(_categorize(f, self.categories)) if len(kt) else np.zeros(0)
+        steps = sequential_steps(kt)
         types = kernel_type(kt)
         q = np.array([self.residuals.get(t, self.residuals.get("*", [0.0, 0.0])) for t in types], float).reshape(-1, 2)
         return pd.DataFrame({"kernel": kt["kernel"].to_numpy(), "type": types.to_numpy(), "bound_us": b,
-                             "mem_level": f["mem_level"].to_numpy(), "pred_us": from_target(y, b),
+                             "mem_level": f["mem_level"].to_numpy(), "pred_us": from_target(y, b, steps),
                              # the interval always holds the prediction (held-out residuals of a type can all
                              # lie on one side of it)
-                             "lo_us": from_target(y + np.minimum(q[:, 0], 0.0), b),
-                             "hi_us": from_target(y + np.maximum(q[:, 1], 0.0), b),
+                             "lo_us": from_target(y + np.minimum(q[:, 0], 0.0), b, steps),
+                             "hi_us": from_target(y + np.maximum(q[:, 1], 0.0), b, steps),
                              "seen": types.isin(self.seen).to_numpy()})
 
     def session(self, per_kernel: pd.DataFrame) -> dict:

@@ -477,12 +477,13 @@ def _qlinear_matmul(b: Builder, p: str, bt, m, k, n, wt="s8"):
     b.out(*b.node("QLinearMatMul", ins, p))
 
 
-def _recurrent(b: Builder, p: str, op, seq, bt, inp, hidden):
+def _recurrent(b: Builder, p: str, op, seq, bt, inp, hidden, dirs=1, bias=False):
     gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     x = b.inp(f"{p}_x", [seq, bt, inp])
-    w = b.wrand(f"{p}_w", [1, gates * hidden, inp])
-    r = b.wrand(f"{p}_r", [1, gates * hidden, hidden])
-    b.out(b.node(op, [x, w, r], p, n_out=1, hidden_size=hidden)[0])
+    w = b.wrand(f"{p}_w", [dirs, gates * hidden, inp])
+    r = b.wrand(f"{p}_r", [dirs, gates * hidden, hidden])
+    ins = [x, w, r] + ([b.wrand(f"{p}_bias", [dirs, 2 * gates * hidden])] if bias else [])
+    b.out(b.node(op, ins, p, n_out=1, hidden_size=hidden, direction="bidirectional" if dirs == 2 else "forward")[0])
 
 
 # ------------------------------------------------------------------ the case lists
@@ -735,7 +736,13 @@ RECURRENT = [(T, ("LSTM", 32, 1, 128, 128)), (T, ("GRU", 32, 1, 128, 128)), (T, 
              (T, ("RNN", 32, 1, 128, 128)), (H, ("LSTM", 16, 4, 256, 128)), (H, ("GRU", 64, 1, 256, 256)),
              # small streaming shapes (keyword spotting, pitch, CRNN heads): few FLOPs, the per-step cost dominates
              (T, ("LSTM", 100, 1, 40, 64)), (T, ("GRU", 50, 1, 64, 96)), (T, ("GRU", 128, 1, 32, 64)),
-             (T, ("LSTM", 25, 1, 256, 512)), (T, ("LSTM", 50, 2, 64, 32)), (T, ("GRU", 200, 1, 80, 128))]
+             (T, ("LSTM", 25, 1, 256, 512)), (T, ("LSTM", 50, 2, 64, 32)), (T, ("GRU", 200, 1, 80, 128))] + [
+    # bidirectional and with biases, as exported models run them (held out by family, the 12 above left a GRU
+    # predicted 1.5x and a CRNN's bidirectional LSTM 1.2x its time): (op, seq, b, in, h, directions, bias)
+    (T, (op, seq, bt, i, h, d, True)) for op in ("LSTM", "GRU")
+    for seq, bt, i, h, d in [(16, 1, 64, 64, 1), (50, 1, 64, 128, 2), (50, 1, 128, 128, 1), (32, 1, 512, 128, 2),
+                             (100, 1, 128, 256, 1), (20, 4, 128, 128, 2), (64, 1, 96, 96, 1), (32, 1, 256, 256, 2),
+                             (200, 1, 40, 32, 1), (10, 1, 1024, 512, 1)]]
 
 CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
     ("conv", _conv, _named(lambda n, ci, co, hw, k, s: f"Conv n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
@@ -793,7 +800,8 @@ CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
                                                                          f". {k}x{n}", QLINEAR_MATMUL + QLINEAR_MATMUL_U8)),
     ("conv", _conv_transpose, _named(lambda n, ci, co, hw, k, s: f"ConvTranspose n{n} {ci}->{co} {hw}x{hw} k{k} s{s}",
                                      CONV_TRANSPOSE)),
-    ("recurrent", _recurrent, _named(lambda op, seq, bt, i, h: f"{op} seq{seq} b{bt} in{i} h{h}", RECURRENT)),
+    ("recurrent", _recurrent, _named(lambda op, seq, bt, i, h, d=1, bias=False: f"{op} seq{seq} b{bt} in{i} h{h}"
+                                     f"{' bidirectional' if d == 2 else ''}{' +bias' if bias else ''}", RECURRENT)),
 ]
 
 

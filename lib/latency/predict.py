@@ -21,7 +21,7 @@ import pandas as pd
 from lib.artifacts import read_csv
 from lib.errors import StageError
 from lib.latency.kernel_model import KernelModel, load_kernel_model
-from lib.latency.kernels import kernel_table
+from lib.latency.kernels import kernel_table, optimized_kernels
 from lib.latency.latency_model import load_latency_model, ort_node_roles, predict_profile
 from lib.onnx.loading import analysed
 from lib.latency.profiling import _session
@@ -41,6 +41,30 @@ def optimized_graph(model_path: str | Path, rdir: Path | None = None, threads: i
             pass
         del sess
         return onnx.load(opt, load_external_data=False)
+
+
+SUBNORMAL_SHARE = 0.01      # a kernel flagged from this share of subnormal values among its float weights
+
+
+def subnormal_weights(optimized: onnx.ModelProto) -> dict[str, float]:
+    """{kernel of ORT's optimized graph: the share of subnormal (denormal) values among the nonzero float weights
+    it reads}, from SUBNORMAL_SHARE. On an Intel Xeon two 1x1 convs of ppocrv6_det_small with 24% and 63% of them
+    ran 80x and 190x their bound (a multiply-add on a subnormal takes a microcode assist there), while on an AMD
+    EPYC the whole model was predicted within 1%: no kernel model learns that from shapes, so the prediction says
+    so."""
+    tiny = {onnx.TensorProto.FLOAT: np.finfo(np.float32).tiny, onnx.TensorProto.FLOAT16: np.finfo(np.float16).tiny,
+            onnx.TensorProto.DOUBLE: np.finfo(np.float64).tiny}
+    share = {}
+    for t in optimized.graph.initializer:
+        if t.data_type not in tiny or t.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        a = np.abs(onnx.numpy_helper.to_array(t))
+        n = np.count_nonzero((a > 0) & (a < tiny[t.data_type]))
+        if n:       # of the nonzero values: ORT pads a conv's weights with zeros for its NCHWc blocks
+            share[t.name] = n / np.count_nonzero(a)
+    names = optimized_kernels(optimized)[0]
+    out = {k: max((share[i] for i in n.input if i in share), default=0.0) for k, n in zip(names, optimized.graph.node)}
+    return {k: round(float(v), 3) for k, v in out.items() if v >= SUBNORMAL_SHARE}
 
 
 def kernel_prediction(km: KernelModel, g, metrics: pd.DataFrame, optimized: onnx.ModelProto, host: dict) -> dict:
@@ -100,10 +124,12 @@ def predict_session(g, metrics: pd.DataFrame, model_path, host: dict, latency_mo
                else f"no kernel model in {latency_model_file} (run make calibrate)")
         return {**out, "predicted_latency_us": baseline_us, "interval_us": None, "predicted_by": "baseline",
                 "note_kernel_model": out.get("note_kernel_model", why)}
-    pred = kernel_prediction(km, g, metrics, optimized_graph(model_path, rdir), host)
+    optimized = optimized_graph(model_path, rdir)
+    pred = kernel_prediction(km, g, metrics, optimized, host)
     per = pred.pop("per_kernel")
     return {**out, **pred, "predicted_by": "kernel model", "unseen_kernel_share": float(
-        np.sum(per.loc[~per["seen"], "pred_us"]) / max(float(per["pred_us"].sum()), 1e-9))}
+        np.sum(per.loc[~per["seen"], "pred_us"]) / max(float(per["pred_us"].sum()), 1e-9)),
+        **subnormal_fields(subnormal_weights(optimized))}
 
 
 ORT_SLOW_NODES = 20_000     # from here ONNX Runtime's session creation takes long enough to say so first
@@ -182,5 +208,21 @@ def print_prediction(pred: dict) -> None:
     if pred.get("unseen_kernel_types"):
         print(f"note: kernel types the kernel model never saw ({100 * pred['unseen_kernel_share']:.0f}% of the "
               f"predicted time, guessed from similar kernels): {', '.join(pred['unseen_kernel_types'][:8])}")
+    if pred.get("subnormal_note"):
+        print(f"warning: {pred['subnormal_note']}")
     if pred.get("note_kernel_model"):
         print(f"note: {pred['note_kernel_model']}")
+
+
+def subnormal_fields(kernels: dict[str, float]) -> dict:
+    """The prediction's `subnormal_weight_kernels` (subnormal_weights) and, where there are any, its one-line
+    `subnormal_note` (03 prints it, the report shows it)."""
+    if not kernels:
+        return {"subnormal_weight_kernels": {}}
+    top = sorted(kernels.items(), key=lambda kv: -kv[1])
+    return {"subnormal_weight_kernels": kernels,
+            "subnormal_note": f"{len(top)} kernel{'s' if len(top) > 1 else ''} read subnormal (denormal) weights ("
+            + ", ".join(f"{k} {100 * v:.0f}%" for k, v in top[:4]) + (", ..." if len(top) > 4 else "")
+            + "): on CPUs that handle them slowly they can run many times their prediction (an Intel Xeon ran two "
+            "such convs of PP-OCRv6 at 80x and 190x their bound); ONNX Runtime's session option "
+            "session.set_denormal_as_zero = 1 flushes them"}

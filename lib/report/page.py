@@ -155,6 +155,8 @@ def prediction_text(merge: dict | None, missing: str = "merge_meta.json is missi
         share = _num(pred.get("unseen_kernel_share"))
         text += (f"; {len(unseen)} kernel type{'s' if len(unseen) > 1 else ''} never seen in training ("
                  f"{'?' if share is None else f'{100 * share:.0f}'}% of the predicted time): {', '.join(unseen)}")
+    if pred.get("subnormal_note"):
+        text += "; " + pred["subnormal_note"]
     if by == "baseline" and pred.get("note_kernel_model"):
         text += f"; kernel model not used: {pred['note_kernel_model']}"
     return text
