@@ -530,20 +530,31 @@ def test_an_rnn_kernel_is_learnt_per_step(tmp_path):
 
 
 def test_03_flags_kernels_that_read_subnormal_weights(tmp_path):
-    """Half the conv's weights subnormal (1e-40): ORT's kernel reading them is named with its share, 03 warns and
-    merge_meta.json's prediction lists it; the same conv with normal weights is not flagged."""
-    conv_relu_add(tmp_path / "m.onnx")
-    m = onnx.load(tmp_path / "m.onnx")
-    w = next(t for t in m.graph.initializer if t.name == "W")
-    a = numpy_helper.to_array(w).copy()
-    a.flat[::2] = 1e-40                      # 108 of 216 values, below float32's smallest normal (1.2e-38)
-    w.CopyFrom(numpy_helper.from_array(a, "W"))
-    onnx.save(m, tmp_path / "sub.onnx")
-    for name, flagged in (("m", False), ("sub", True)):
+    """A 3x3 conv 16->32 on 64x64 (18.9M MACs) with half its weights subnormal (1e-40): its ORT kernel is named
+    with its share (9.4M multiply-adds on subnormals), 03 warns and merge_meta.json's prediction lists it. Not
+    flagged: the same conv with normal weights, and conv_relu_add's conv (55,296 MACs) with half its weights
+    subnormal (27,648 such multiply-adds, under SUBNORMAL_MACS)."""
+    def conv(path):
+        make_model([helper.make_node("Conv", ["x", "W"], ["y"], name="conv", pads=[1, 1, 1, 1])],
+                   [tensor("x", [1, 16, 64, 64])], [tensor("y", [1, 32, 64, 64])], [weight("W", [32, 16, 3, 3])],
+                   path=path)
+
+    def subnormal(src, dst):
+        m = onnx.load(src)
+        w = next(t for t in m.graph.initializer if t.name == "W")
+        a = numpy_helper.to_array(w).copy()
+        a.flat[::2] = 1e-40                  # half the values, below float32's smallest normal (1.2e-38)
+        w.CopyFrom(numpy_helper.from_array(a, "W"))
+        onnx.save(m, dst)
+    conv(tmp_path / "big.onnx")
+    subnormal(tmp_path / "big.onnx", tmp_path / "big_sub.onnx")
+    conv_relu_add(tmp_path / "small.onnx")
+    subnormal(tmp_path / "small.onnx", tmp_path / "small_sub.onnx")
+    for name, flagged in (("big_sub", True), ("big", False), ("small_sub", False)):
         rdir = tmp_path / name
         assert run_stage("02_shapes_flops_bytes.py", "--model", tmp_path / f"{name}.onnx", "--results", rdir).returncode == 0
         r = run_stage("03_merge_profile_metrics.py", "--model", tmp_path / f"{name}.onnx", "--results", rdir)
         assert r.returncode == 0, r.stderr
         pred = json.loads((rdir / "merge_meta.json").read_text())["prediction"]
-        assert ("read subnormal (denormal) weights" in r.stdout) is flagged
-        assert list(pred["subnormal_weight_kernels"].values()) == ([0.5] if flagged else [])
+        assert ("read subnormal (denormal) weights" in r.stdout) is flagged, name
+        assert list(pred["subnormal_weight_kernels"].values()) == ([0.5] if flagged else []), name

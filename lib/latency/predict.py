@@ -43,15 +43,18 @@ def optimized_graph(model_path: str | Path, rdir: Path | None = None, threads: i
         return onnx.load(opt, load_external_data=False)
 
 
-SUBNORMAL_SHARE = 0.01      # a kernel flagged from this share of subnormal values among its float weights
+# a kernel flagged from this share of subnormal values among its nonzero float weights and this many multiply-adds
+# on them: on 19 unseen trained models, a 1% share alone named 5, of which 4 ran as predicted (their flagged kernels
+# had under 3.2M such multiply-adds); the one that ran 3x slower had four kernels past both (29M-75M each)
+SUBNORMAL_SHARE, SUBNORMAL_MACS = 0.10, 1e6
 
 
-def subnormal_weights(optimized: onnx.ModelProto) -> dict[str, float]:
+def subnormal_weights(optimized: onnx.ModelProto, macs: dict[str, float]) -> dict[str, float]:
     """{kernel of ORT's optimized graph: the share of subnormal (denormal) values among the nonzero float weights
-    it reads}, from SUBNORMAL_SHARE. On an Intel Xeon two 1x1 convs of ppocrv6_det_small with 24% and 63% of them
-    ran 80x and 190x their bound (a multiply-add on a subnormal takes a microcode assist there), while on an AMD
-    EPYC the whole model was predicted within 1%: no kernel model learns that from shapes, so the prediction says
-    so."""
+    it reads}, for kernels past SUBNORMAL_SHARE and SUBNORMAL_MACS (share x its MACs, from `macs`). On an Intel Xeon
+    two 1x1 convs of ppocrv6_det_small with 24% and 63% of them ran 80x and 190x their bound (a multiply-add on a
+    subnormal can take a microcode assist there), while on an AMD EPYC the whole model was predicted within 1%: no
+    kernel model learns that from shapes, so the prediction says so."""
     tiny = {onnx.TensorProto.FLOAT: np.finfo(np.float32).tiny, onnx.TensorProto.FLOAT16: np.finfo(np.float16).tiny,
             onnx.TensorProto.DOUBLE: np.finfo(np.float64).tiny}
     share = {}
@@ -64,14 +67,16 @@ def subnormal_weights(optimized: onnx.ModelProto) -> dict[str, float]:
             share[t.name] = n / np.count_nonzero(a)
     names = optimized_kernels(optimized)[0]
     out = {k: max((share[i] for i in n.input if i in share), default=0.0) for k, n in zip(names, optimized.graph.node)}
-    return {k: round(float(v), 3) for k, v in out.items() if v >= SUBNORMAL_SHARE}
+    return {k: round(float(v), 3) for k, v in out.items()
+            if v >= SUBNORMAL_SHARE and v * np.nan_to_num(float(macs.get(k, 0.0))) >= SUBNORMAL_MACS}
 
 
 def kernel_prediction(km: KernelModel, g, metrics: pd.DataFrame, optimized: onnx.ModelProto, host: dict) -> dict:
     """The kernel model's session prediction (see the module docstring) and its per-kernel table."""
     kt = kernel_table(g, metrics, optimized)
     per = km.predict_kernels(kt, host)
-    return {**km.session(per), "kernel_model_families": km.families, "per_kernel": per.assign(pattern=kt["pattern"])}
+    return {**km.session(per), "kernel_model_families": km.families,
+            "per_kernel": per.assign(pattern=kt["pattern"].to_numpy(), macs=kt["macs"].to_numpy())}
 
 
 def kernel_node_times(km: KernelModel, kt: pd.DataFrame, host: dict) -> dict[str, float]:
@@ -129,7 +134,7 @@ def predict_session(g, metrics: pd.DataFrame, model_path, host: dict, latency_mo
     per = pred.pop("per_kernel")
     return {**out, **pred, "predicted_by": "kernel model", "unseen_kernel_share": float(
         np.sum(per.loc[~per["seen"], "pred_us"]) / max(float(per["pred_us"].sum()), 1e-9)),
-        **subnormal_fields(subnormal_weights(optimized))}
+        **subnormal_fields(subnormal_weights(optimized, dict(zip(per["kernel"], per["macs"]))))}
 
 
 ORT_SLOW_NODES = 20_000     # from here ONNX Runtime's session creation takes long enough to say so first
@@ -223,6 +228,6 @@ def subnormal_fields(kernels: dict[str, float]) -> dict:
     return {"subnormal_weight_kernels": kernels,
             "subnormal_note": f"{len(top)} kernel{'s' if len(top) > 1 else ''} read subnormal (denormal) weights ("
             + ", ".join(f"{k} {100 * v:.0f}%" for k, v in top[:4]) + (", ..." if len(top) > 4 else "")
-            + "): on CPUs that handle them slowly they can run many times their prediction (an Intel Xeon ran two "
-            "such convs of PP-OCRv6 at 80x and 190x their bound); ONNX Runtime's session option "
-            "session.set_denormal_as_zero = 1 flushes them"}
+            + "): on CPUs slow on them they can run many times their prediction (an Intel Xeon ran two such convs "
+            "of PP-OCRv6 at 80x and 190x their bound); ONNX Runtime's session option session.set_denormal_as_zero = "
+            "1 flushes them"}
