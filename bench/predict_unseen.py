@@ -65,7 +65,7 @@ def identities(rec: dict, names) -> set[str]:
     return {ident[k] for k in names}
 
 
-def row(rec: dict, model: km.KernelModel, host: dict) -> dict:
+def row(rec: dict, model: km.KernelModel, host: dict, path) -> dict:
     pred = kernel_prediction(model, rec["graph"], rec["metrics"], rec["optimized"], host)
     per = pred["per_kernel"]
     below = below_bound(rec["kernels"], per)
@@ -74,7 +74,7 @@ def row(rec: dict, model: km.KernelModel, host: dict) -> dict:
             "predicted_us": pred["predicted_latency_us"], "lo_us": pred["interval_us"][0],
             "hi_us": pred["interval_us"][1], "baseline_us": base["predicted_latency_us"],
             "unseen": len(pred["unseen_kernel_types"]), "kernels": len(per), "below": below,
-            "below_bound": len(below), "subnormal": len(subnormal_weights(rec["optimized"], dict(zip(per["kernel"], per["macs"]))))}
+            "below_bound": len(below), "subnormal": len(subnormal_weights(path, rec["graph"], per))}
 
 
 def measured(ready: dict, host: dict, rounds: int, runs: int) -> dict[str, dict]:
@@ -134,7 +134,7 @@ def main():
     ready = {m: (*prepared(entries[m]), entries[m]["class"]) for m in a.models}
     ready.update(drift_models(calibrated))
     passes = [measured(ready, host, a.rounds, a.runs) for _ in range(a.passes)]
-    rows = [row(passes[0][m], model, host) for m in a.models]
+    rows = [row(passes[0][m], model, host, ready[m][0]) for m in a.models]
     out = Printed()
     out(f"{len(rows)} trained models not in the training corpus, {a.passes} pass(es) x {a.rounds} rounds x "
         f"{a.runs} runs, "
@@ -172,7 +172,7 @@ def main():
         out(f"kernel model against pass {a.passes}: {np.mean(np.abs(again) <= 0.10):.0%} within 10%, "
             f"median |error| {100 * np.median(np.abs(again)):.1f}%")
         # each pass is other sessions, whose kernel names ORT numbers anew: kernels are matched by identity
-        last = {m: row(passes[-1][m], model, host)["below"] for m in a.models}
+        last = {m: row(passes[-1][m], model, host, ready[m][0])["below"] for m in a.models}
         both = sum(len(identities(passes[0][m], r["below"]) & identities(passes[-1][m], last[m]))
                    for m, r in zip(a.models, rows))
         out(f"kernels below their bound in pass {a.passes}: {sum(map(len, last.values()))}; below it in both "

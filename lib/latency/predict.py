@@ -21,7 +21,7 @@ import pandas as pd
 from lib.artifacts import read_csv
 from lib.errors import StageError
 from lib.latency.kernel_model import KernelModel, load_kernel_model
-from lib.latency.kernels import kernel_table, optimized_kernels
+from lib.latency.kernels import kernel_table
 from lib.latency.latency_model import load_latency_model, ort_node_roles, predict_profile
 from lib.onnx.loading import analysed
 from lib.latency.profiling import _session
@@ -49,26 +49,32 @@ def optimized_graph(model_path: str | Path, rdir: Path | None = None, threads: i
 SUBNORMAL_SHARE, SUBNORMAL_MACS = 0.10, 1e6
 
 
-def subnormal_weights(optimized: onnx.ModelProto, macs: dict[str, float]) -> dict[str, float]:
-    """{kernel of ORT's optimized graph: the share of subnormal (denormal) values among the nonzero float weights
-    it reads}, for kernels past SUBNORMAL_SHARE and SUBNORMAL_MACS (share x its MACs, from `macs`). On an Intel Xeon
-    two 1x1 convs of ppocrv6_det_small with 24% and 63% of them ran 80x and 190x their bound (a multiply-add on a
-    subnormal can take a microcode assist there), while on an AMD EPYC the whole model was predicted within 1%: no
-    kernel model learns that from shapes, so the prediction says so."""
+def subnormal_weights(model_path: str | Path, g, per_kernel: pd.DataFrame) -> dict[str, float]:
+    """{ORT kernel: the share of subnormal (denormal) values among the nonzero float weights of the original nodes
+    it runs}, for kernels past SUBNORMAL_SHARE and SUBNORMAL_MACS (share x its MACs). From the model file's own
+    weights (01's kept copy of ORT's optimized graph has its large ones stripped). On an Intel Xeon two 1x1 convs
+    of ppocrv6_det_small with 24% and 63% of them ran 80x and 190x their bound (a multiply-add on a subnormal can
+    take a microcode assist there), while on an AMD EPYC the whole model was predicted within 1%: no kernel model
+    learns that from shapes, so the prediction says so."""
     tiny = {onnx.TensorProto.FLOAT: np.finfo(np.float32).tiny, onnx.TensorProto.FLOAT16: np.finfo(np.float16).tiny,
             onnx.TensorProto.DOUBLE: np.finfo(np.float64).tiny}
     share = {}
-    for t in optimized.graph.initializer:
-        if t.data_type not in tiny or t.data_location == onnx.TensorProto.EXTERNAL:
-            continue
-        a = np.abs(onnx.numpy_helper.to_array(t))
-        n = np.count_nonzero((a > 0) & (a < tiny[t.data_type]))
-        if n:       # of the nonzero values: ORT pads a conv's weights with zeros for its NCHWc blocks
-            share[t.name] = n / np.count_nonzero(a)
-    names = optimized_kernels(optimized)[0]
-    out = {k: max((share[i] for i in n.input if i in share), default=0.0) for k, n in zip(names, optimized.graph.node)}
-    return {k: round(float(v), 3) for k, v in out.items()
-            if v >= SUBNORMAL_SHARE and v * np.nan_to_num(float(macs.get(k, 0.0))) >= SUBNORMAL_MACS}
+    for t in onnx.load(str(model_path)).graph.initializer:
+        if t.data_type in tiny:
+            a = np.abs(onnx.numpy_helper.to_array(t))
+            n = np.count_nonzero((a > 0) & (a < tiny[t.data_type]))
+            if n:
+                share[t.name] = n / np.count_nonzero(a)
+    if not share:
+        return {}
+    node_share = {name: max((share[i] for i in n.input if i in share), default=0.0)
+                  for name, n in zip(g.names, g.nodes)}
+    out = {}
+    for k, nodes, macs in zip(per_kernel["kernel"], per_kernel["nodes"].fillna(""), per_kernel["macs"]):
+        v = max((node_share.get(x, 0.0) for x in str(nodes).split(";") if x), default=0.0)
+        if v >= SUBNORMAL_SHARE and v * float(np.nan_to_num(macs)) >= SUBNORMAL_MACS:
+            out[str(k)] = round(float(v), 3)
+    return out
 
 
 def kernel_prediction(km: KernelModel, g, metrics: pd.DataFrame, optimized: onnx.ModelProto, host: dict) -> dict:
@@ -76,7 +82,8 @@ def kernel_prediction(km: KernelModel, g, metrics: pd.DataFrame, optimized: onnx
     kt = kernel_table(g, metrics, optimized)
     per = km.predict_kernels(kt, host)
     return {**km.session(per), "kernel_model_families": km.families,
-            "per_kernel": per.assign(pattern=kt["pattern"].to_numpy(), macs=kt["macs"].to_numpy())}
+            "per_kernel": per.assign(pattern=kt["pattern"].to_numpy(), macs=kt["macs"].to_numpy(),
+                                     nodes=kt["nodes"].to_numpy())}
 
 
 def kernel_node_times(km: KernelModel, kt: pd.DataFrame, host: dict) -> dict[str, float]:
@@ -129,12 +136,11 @@ def predict_session(g, metrics: pd.DataFrame, model_path, host: dict, latency_mo
                else f"no kernel model in {latency_model_file} (run make calibrate)")
         return {**out, "predicted_latency_us": baseline_us, "interval_us": None, "predicted_by": "baseline",
                 "note_kernel_model": out.get("note_kernel_model", why)}
-    optimized = optimized_graph(model_path, rdir)
-    pred = kernel_prediction(km, g, metrics, optimized, host)
+    pred = kernel_prediction(km, g, metrics, optimized_graph(model_path, rdir), host)
     per = pred.pop("per_kernel")
     return {**out, **pred, "predicted_by": "kernel model", "unseen_kernel_share": float(
         np.sum(per.loc[~per["seen"], "pred_us"]) / max(float(per["pred_us"].sum()), 1e-9)),
-        **subnormal_fields(subnormal_weights(optimized, dict(zip(per["kernel"], per["macs"]))))}
+        **subnormal_fields(subnormal_weights(model_path, g, per))}
 
 
 ORT_SLOW_NODES = 20_000     # from here ONNX Runtime's session creation takes long enough to say so first
