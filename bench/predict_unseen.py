@@ -65,8 +65,12 @@ def identities(rec: dict, names) -> set[str]:
     return {ident[k] for k in names}
 
 
+def prediction(rec: dict, model: km.KernelModel, host: dict) -> dict:
+    return kernel_prediction(model, rec["graph"], rec["metrics"], rec["optimized"], host)
+
+
 def row(rec: dict, model: km.KernelModel, host: dict, path) -> dict:
-    pred = kernel_prediction(model, rec["graph"], rec["metrics"], rec["optimized"], host)
+    pred = prediction(rec, model, host)
     per = pred["per_kernel"]
     below = below_bound(rec["kernels"], per)
     base = predict_profile(rec["profile"], baseline_host(host, LATENCY_MODEL), LATENCY_MODEL)[1]
@@ -172,7 +176,8 @@ def main():
         out(f"kernel model against pass {a.passes}: {np.mean(np.abs(again) <= 0.10):.0%} within 10%, "
             f"median |error| {100 * np.median(np.abs(again)):.1f}%")
         # each pass is other sessions, whose kernel names ORT numbers anew: kernels are matched by identity
-        last = {m: row(passes[-1][m], model, host, ready[m][0])["below"] for m in a.models}
+        last = {m: below_bound(passes[-1][m]["kernels"], prediction(passes[-1][m], model, host)["per_kernel"])
+                for m in a.models}
         both = sum(len(identities(passes[0][m], r["below"]) & identities(passes[-1][m], last[m]))
                    for m, r in zip(a.models, rows))
         out(f"kernels below their bound in pass {a.passes}: {sum(map(len, last.values()))}; below it in both "

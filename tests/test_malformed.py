@@ -210,3 +210,24 @@ def test_external_reference_seen_in_the_light_bytes(tmp_path):
     onnx.save(m, str(tmp_path / "c.onnx"))
     assert read_light(tmp_path / "c.onnx", check_data=False).external_refs
     refused(tmp_path, tmp_path / "c.onnx", "outside the model's folder")
+
+
+def test_tensor_array_reads_inline_stripped_and_external_payloads(tmp_path):
+    """tensor_array gives a weight's values without loading the model: a small one from its inline data, a large
+    one (past KEEP_BYTES) from the model file's stripped raw_data, and one saved as external data from its file;
+    each equals what onnx.load reads."""
+    from lib.onnx.reader import read_light, tensor_array
+    rng = np.random.default_rng(0)
+    small, big = rng.standard_normal(4).astype(np.float32), rng.standard_normal((64, 512)).astype(np.float32)
+    nodes = [helper.make_node("Mul", ["x", "s"], ["m"], name="mul"), helper.make_node("MatMul", ["m", "b"], ["y"], name="mm")]
+    m = make_model(nodes, [tensor("x", [1, 64])], [tensor("y", None)],
+                   [numpy_helper.from_array(np.resize(small, 64), "s"), numpy_helper.from_array(big, "b")])
+    onnx.save(m, str(tmp_path / "inline.onnx"))
+    onnx.save(m, str(tmp_path / "ext.onnx"), save_as_external_data=True, location="w.bin", size_threshold=1024)
+    for name in ("inline.onnx", "ext.onnx"):
+        light = read_light(tmp_path / name)
+        got = {t.name: tensor_array(light, t) for t in light.model.graph.initializer}
+        assert np.array_equal(got["s"], np.resize(small, 64)), name
+        assert np.array_equal(np.asarray(got["b"]).reshape(64, 512), big), name
+    assert {e.value for t in read_light(tmp_path / "inline.onnx").model.graph.initializer if t.name == "b"
+            for e in t.external_data if e.key == "location"} == {"<nn-perf: stripped inline data>"}

@@ -24,6 +24,7 @@ from lib.latency.kernel_model import KernelModel, load_kernel_model
 from lib.latency.kernels import kernel_table
 from lib.latency.latency_model import load_latency_model, ort_node_roles, predict_profile
 from lib.onnx.loading import analysed
+from lib.onnx.reader import read_light, tensor_array
 from lib.latency.profiling import _session
 
 
@@ -47,32 +48,39 @@ def optimized_graph(model_path: str | Path, rdir: Path | None = None, threads: i
 # on them: on 19 unseen trained models, a 1% share alone named 5, of which 4 ran as predicted (their flagged kernels
 # had under 3.2M such multiply-adds); the one that ran 3x slower had four kernels past both (29M-75M each)
 SUBNORMAL_SHARE, SUBNORMAL_MACS = 0.10, 1e6
+TINY = {onnx.TensorProto.FLOAT: np.finfo(np.float32).tiny, onnx.TensorProto.FLOAT16: np.finfo(np.float16).tiny,
+        onnx.TensorProto.DOUBLE: np.finfo(np.float64).tiny}      # the smallest normal value per float type
 
 
 def subnormal_weights(model_path: str | Path, g, per_kernel: pd.DataFrame) -> dict[str, float]:
     """{ORT kernel: the share of subnormal (denormal) values among the nonzero float weights of the original nodes
-    it runs}, for kernels past SUBNORMAL_SHARE and SUBNORMAL_MACS (share x its MACs). From the model file's own
-    weights (01's kept copy of ORT's optimized graph has its large ones stripped). On an Intel Xeon two 1x1 convs
-    of ppocrv6_det_small with 24% and 63% of them ran 80x and 190x their bound (a multiply-add on a subnormal can
+    it runs}, for kernels past SUBNORMAL_SHARE and SUBNORMAL_MACS (share x its MACs). Read from the model file
+    (01's kept copy of ORT's optimized graph has its large weights stripped), one weight at a time through a
+    memory map, only those of kernels with SUBNORMAL_MACS or more. On an Intel Xeon two 1x1 convs of
+    ppocrv6_det_small with 24% and 63% of them ran 80x and 190x their bound (a multiply-add on a subnormal can
     take a microcode assist there), while on an AMD EPYC the whole model was predicted within 1%: no kernel model
     learns that from shapes, so the prediction says so."""
-    tiny = {onnx.TensorProto.FLOAT: np.finfo(np.float32).tiny, onnx.TensorProto.FLOAT16: np.finfo(np.float16).tiny,
-            onnx.TensorProto.DOUBLE: np.finfo(np.float64).tiny}
-    share = {}
-    for t in onnx.load(str(model_path)).graph.initializer:
-        if t.data_type in tiny:
-            a = np.abs(onnx.numpy_helper.to_array(t))
-            n = np.count_nonzero((a > 0) & (a < tiny[t.data_type]))
-            if n:
-                share[t.name] = n / np.count_nonzero(a)
-    if not share:
+    heavy = per_kernel[np.nan_to_num(per_kernel["macs"].to_numpy(float)) >= SUBNORMAL_MACS]
+    wanted = {x for nodes in heavy["nodes"].fillna("") for x in str(nodes).split(";") if x}
+    if not wanted:
         return {}
-    node_share = {name: max((share[i] for i in n.input if i in share), default=0.0)
-                  for name, n in zip(g.names, g.nodes)}
+    light = read_light(model_path)
+    floats = {t.name: t for t in light.model.graph.initializer if t.data_type in TINY}
+    share = {}
+    for name in {i for node, n in zip(g.names, g.nodes) if node in wanted for i in n.input if i in floats}:
+        a = tensor_array(light, floats[name])
+        if a is None:
+            continue
+        a = np.abs(a)
+        n = np.count_nonzero((a > 0) & (a < TINY[floats[name].data_type]))
+        if n:
+            share[name] = n / np.count_nonzero(a)
+    node_share = {node: max((share.get(i, 0.0) for i in n.input), default=0.0)
+                  for node, n in zip(g.names, g.nodes) if node in wanted}
     out = {}
-    for k, nodes, macs in zip(per_kernel["kernel"], per_kernel["nodes"].fillna(""), per_kernel["macs"]):
+    for k, nodes, macs in zip(heavy["kernel"], heavy["nodes"].fillna(""), heavy["macs"]):
         v = max((node_share.get(x, 0.0) for x in str(nodes).split(";") if x), default=0.0)
-        if v >= SUBNORMAL_SHARE and v * float(np.nan_to_num(macs)) >= SUBNORMAL_MACS:
+        if v >= SUBNORMAL_SHARE and v * float(macs) >= SUBNORMAL_MACS:
             out[str(k)] = round(float(v), 3)
     return out
 

@@ -312,6 +312,28 @@ def check_external_data(light: LightModel) -> None:
                              f"data holds {have}")
 
 
+def tensor_array(light: LightModel, t: onnx.TensorProto) -> np.ndarray | None:
+    """A tensor's values without loading the model's weights: its inline data (a small tensor), its payload in the
+    model file (a stripped raw_data) or its external data file (read_light checked where it points), both
+    through a memory map. None where the payload is not raw bytes (packed float_data of a stripped tensor) or
+    the type has no numpy form."""
+    ext = {e.key: e.value for e in t.external_data}
+    if t.data_location != onnx.TensorProto.EXTERNAL:
+        return onnx.numpy_helper.to_array(t)
+    if ext.get("location") == STRIPPED and "offset" not in ext:
+        return None
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type))
+    except Exception:  # noqa: BLE001 - types numpy has no form of
+        return None
+    path = light.path if ext.get("location") == STRIPPED else light.path.resolve().parent / ext["location"]
+    n = math.prod(t.dims)
+    if n == 0:
+        return np.zeros(tuple(t.dims), dtype)
+    return np.memmap(path, dtype=dtype.newbyteorder("<"), mode="r", offset=int(ext.get("offset", 0) or 0),
+                     shape=(n,))
+
+
 def attr(node: onnx.NodeProto, name: str, default=None):
     """A node attribute's value (the one helper every module uses)."""
     for a in node.attribute:
