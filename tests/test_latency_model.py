@@ -248,6 +248,33 @@ def test_a_shared_dynamic_quantization_runs_as_matmul_integer_to_float():
     assert (mm["macs"] == 128 * 256 * 256).all() and (mm["compute_dtype"] == "int8").all()
 
 
+def test_micro_cases_run_at_their_own_opset_and_merge_sessions_by_median():
+    """A Gelu case (an opset-20 op, which make calibrate silently skipped while cases were built at 18) gives its
+    kernel; three sessions merge to each kernel's median, with no session time (a micro graph's is not a model's)."""
+    from lib.host import load_host
+    from lib.latency import microbench as mb
+    from lib.latency.training import merge_rounds, micro_records
+    host = load_host(REPO / "configs" / "host.yaml")
+    case = next(c for c in mb.cases() if c.label == "Gelu 1x64x56x56")
+    one = [micro_records([case], host, runs=2, sessions=1)[0] for _ in range(3)]
+    assert [list(r["kernels"]["op"]) for r in one] == [["Gelu"]] * 3
+    merged = merge_rounds(one)
+    assert merged["kernels"]["t_us"].iloc[0] == np.median([r["kernels"]["t_us"].iloc[0] for r in one])
+    assert merged["session_us"] is None and merged["between_us"] is None
+
+
+def test_a_ctc_head_runs_as_one_fused_matmul_with_its_weight():
+    """The micro-benchmark for an OCR CTC head (a feature sequence transposed, times the class weights): ORT fuses
+    the Transpose into one FusedMatMul kernel, costed as the MatMul with its weight."""
+    from lib.host import load_host
+    from lib.latency import microbench as mb
+    from lib.latency.training import micro_records
+    case = next(c for c in mb.cases() if c.label == "Transpose+MatMul 1x512x16 . 512x2000")
+    kt = micro_records([case], load_host(REPO / "configs" / "host.yaml"), runs=1, sessions=1)[0]["kernels"]
+    assert list(kt["op"]) == ["FusedMatMul"] and kt["pattern"].iloc[0] == "Transpose+MatMul"
+    assert kt["macs"].iloc[0] == 16 * 512 * 2000 and kt["weight_bytes"].iloc[0] == 512 * 2000 * 4
+
+
 def test_fused_from_ort_matches_stage_01_attribution(tmp_path):
     """Without profiling, the same fused/removed set stage 01 records after a profiled run."""
     from lib.latency.microbench import _graph_of_path
