@@ -195,7 +195,8 @@ def main():
             f"{np.mean(np.abs(moved) <= 0.10):.0%} within 10%, median change {100 * np.median(moved):+.1f}%, "
             f"median |change| {100 * np.median(np.abs(moved)):.1f}%, largest {100 * moved[np.argmax(np.abs(moved))]:+.0f}%")
         # the prediction is for the host as make calibrate measured it: taken to the host of now by that median
-        # change, what is left is the kernel model's own error (a shared VM's speed moved 17% within 35 minutes)
+        # change, what is left is the kernel model's own error (a shared VM ran the training models 17-22% slower or
+        # faster 15 minutes after make calibrate than during it)
         drift = float(np.median(moved))
         out(f"kernel model with the host's median change taken out (each prediction x {1 + drift:.3f}): "
             f"{summary((1 + err) * (1 + drift) - 1)}")
