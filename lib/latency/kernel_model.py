@@ -46,7 +46,7 @@ NUMERIC = ["log_flops", "log_bytes", "log_weight", "log_numel", "log_ai", "log_b
 FLOOR_US = 1.0          # the profiler's resolution: the base of the target for kernels whose bound is below it
 # an RNN runs its steps one after another, each a few small GEMMs: its base is FLOOR_US per step, so the trees learn
 # its time per step (held out by family, a GRU was predicted 2.2x its time as a multiple of its FLOP bound)
-RECURRENT = {k.rpartition(":")[2] for k, op in REGISTRY.items() if op.op_class == "recurrent"}
+RECURRENT_OPS = {k.rpartition(":")[2] for k, op in REGISTRY.items() if op.op_class == "recurrent"}
 MIN_T_US = 0.5          # a kernel recorded as 0 us ran for under a microsecond
 PARAMS = {"objective": "regression", "learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 20,
           "feature_fraction": 0.9, "bagging_fraction": 0.9, "bagging_freq": 1, "lambda_l2": 1.0,
@@ -141,7 +141,7 @@ def sequential_steps(kt: pd.DataFrame) -> np.ndarray:
     """Per kernel, the steps it runs one after another: an RNN's sequence length x directions (its output Y is
     seq x directions x batch x hidden), 1 for any other kernel."""
     d = np.array([_dims(x) for x in kt["dims"].fillna("")], dtype=float).reshape(len(kt), 5)
-    rnn = kt["op"].astype(str).isin(RECURRENT).to_numpy() & (d[:, 0] == 4)
+    rnn = kt["op"].astype(str).isin(RECURRENT_OPS).to_numpy() & (d[:, 0] == 4)
     return np.where(rnn, d[:, 1] * d[:, 2], 1.0)
 
 

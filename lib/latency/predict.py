@@ -66,8 +66,9 @@ def subnormal_weights(model_path: str | Path, g, per_kernel: pd.DataFrame) -> di
         return {}
     light = read_light(model_path)
     floats = {t.name: t for t in light.model.graph.initializer if t.data_type in TINY}
+    weights = {node: [i for i in n.input if i in floats] for node, n in zip(g.names, g.nodes) if node in wanted}
     share = {}
-    for name in {i for node, n in zip(g.names, g.nodes) if node in wanted for i in n.input if i in floats}:
+    for name in {i for ins in weights.values() for i in ins}:
         a = tensor_array(light, floats[name])
         if a is None:
             continue
@@ -75,8 +76,7 @@ def subnormal_weights(model_path: str | Path, g, per_kernel: pd.DataFrame) -> di
         n = np.count_nonzero((a > 0) & (a < TINY[floats[name].data_type]))
         if n:
             share[name] = n / np.count_nonzero(a)
-    node_share = {node: max((share.get(i, 0.0) for i in n.input), default=0.0)
-                  for node, n in zip(g.names, g.nodes) if node in wanted}
+    node_share = {node: max((share.get(i, 0.0) for i in ins), default=0.0) for node, ins in weights.items()}
     out = {}
     for k, nodes, macs in zip(heavy["kernel"], heavy["nodes"].fillna(""), heavy["macs"]):
         v = max((node_share.get(x, 0.0) for x in str(nodes).split(";") if x), default=0.0)
