@@ -25,7 +25,8 @@ def good(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("stage", MODEL_STAGES + ["04_critical_path.py", "05_energy_estimate.py"])
+@pytest.mark.parametrize("stage", MODEL_STAGES + ["03_merge_profile_metrics.py", "04_critical_path.py",
+                                                  "05_energy_estimate.py"])
 def test_missing_model_file(tmp_path, stage):
     rdir = tmp_path / "res"
     r = run_stage(stage, "--model", tmp_path / "nope.onnx", "--results", rdir)
