@@ -110,6 +110,7 @@ def test_summary_shows_the_prediction_and_the_roofline_the_memory_levels(built):
                           f"{hi / 1e3:.3g} ms), {100 * p['error']:+.0f}% vs measured; baseline (efficiency model) "
                           f"{p['baseline_latency_us'] / 1e3:.3g} ms ({100 * p['baseline_error']:+.0f}%)"), row
     assert ("never seen in training" in row) == bool(p["unseen_kernel_types"])
+    assert ("at the host speed 01 measured" in row) == (p.get("host_speed_factor") is not None)
     names = [t.get("name", "") for t in plot_traces(html, "roofline-plot")]
     assert set(host["caches_bytes"]) == {"L1", "L2", "L3"}      # configs/host.yaml is calibrated
     for lv, size in host["caches_bytes"].items():
@@ -135,7 +136,8 @@ def test_prediction_row_without_prediction_unseen_kernels_and_one_memory_level(b
     (copy / "merge_meta.json").write_text(json.dumps(merge))
     rows = dict(summary_section(Artifacts(copy))["table"]["rows"])
     assert rows["predicted latency (stage 03)"].startswith("n/a")
-    merge["prediction"] = {**p, "unseen_kernel_types": ["FusedConv", "QGemm"], "unseen_kernel_share": 0.25}
+    merge["prediction"] = {**p, "unseen_kernel_types": ["FusedConv", "QGemm"], "unseen_kernel_share": 0.25,
+                           "host_speed_factor": None}       # (its clause would come last)
     merge["host"] = {k: v for k, v in merge["host"].items() if k not in ("caches_bytes", "bandwidth_bytes_per_s")}
     (copy / "merge_meta.json").write_text(json.dumps(merge))
     art = Artifacts(copy)

@@ -263,7 +263,8 @@ class InModelRuns:
 
     def round(self, k: int = 0) -> None:
         for name in CALIBRATION_MODELS:
-            run_stages(self.paths[name], f"{self._tmp.name}/{name}", [], runs=10, threads=self.threads, costs=False)
+            run_stages(self.paths[name], f"{self._tmp.name}/{name}", [], runs=10, threads=self.threads, costs=False,
+                       profile_args=("--sessions", "1", "--no-host-reference"))     # the baseline's own protocol
             self.latency[name].append(read_csv(f"{self._tmp.name}/{name}", "ops_latency.csv", ("node", "latency_us")))
         print(f"  whole calibration models, round {len(self.latency[CALIBRATION_MODELS[0]])}: "
               f"{', '.join(CALIBRATION_MODELS)}", flush=True)

@@ -27,7 +27,7 @@ import pandas as pd
 
 from lib.analysis.roofline import LEVELS, memory_level
 from lib.artifacts import REPO, load_yaml
-from lib.latency import host_probe, kernel_model as km, microbench as mb, training_models as tm
+from lib.latency import host_probe, host_reference, kernel_model as km, microbench as mb, training_models as tm
 from lib.latency.latency_model import dump_yaml
 from lib.latency.training import micro_records, profile_models
 from lib.onnx.ops import REGISTRY
@@ -298,7 +298,8 @@ def write_kernel_model(result: dict, latency_yaml: Path, header: str) -> dict:
                            **_rounded(result["scores"]),
                            "models": [{k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()}
                                       for r in lofo.to_dict("records")]},
-               "raised_to_observed": result["raised"], "calibration_steps_s": result["steps"]}
+               "raised_to_observed": result["raised"], "calibration_steps_s": result["steps"],
+               "host_reference": host_reference.section(result["records"], result["model"].threads, TRAIN_DIR)}
     doc["kernel_model"] = section
     dump_yaml(doc, latency_yaml, header)
     return section

@@ -20,6 +20,7 @@ import pandas as pd
 
 from lib.artifacts import read_csv
 from lib.errors import StageError
+from lib.latency import host_reference
 from lib.latency.kernel_model import KernelModel, load_kernel_model
 from lib.latency.kernels import kernel_table
 from lib.latency.latency_model import load_latency_model, ort_node_roles, predict_profile
@@ -92,6 +93,19 @@ def kernel_prediction(km: KernelModel, g, metrics: pd.DataFrame, optimized: onnx
     return {**km.session(per), "kernel_model_families": km.families,
             "per_kernel": per.assign(pattern=kt["pattern"].to_numpy(), macs=kt["macs"].to_numpy(),
                                      nodes=kt["nodes"].to_numpy())}
+
+
+def at_host_speed(pred: dict, profile_meta: dict | None, latency_model_file) -> dict:
+    """The kernel model's prediction taken to the host's speed that 01 measured beside the model
+    (lib/latency/host_reference.py): predicted_latency_us and interval_us times the factor, the prediction for
+    the calibration host's speed kept as calibration_host_latency_us; without a factor, unchanged and said why."""
+    f, why = host_reference.factor(profile_meta, latency_model_file)
+    if f is None:
+        return {**pred, "host_speed_factor": None, "host_speed_note": why}
+    iv = pred.get("interval_us")
+    return {**pred, "calibration_host_latency_us": pred["predicted_latency_us"], "host_speed_factor": f,
+            "predicted_latency_us": pred["predicted_latency_us"] * f,
+            "interval_us": [iv[0] * f, iv[1] * f] if iv else iv}
 
 
 def kernel_node_times(km: KernelModel, kt: pd.DataFrame, host: dict) -> dict[str, float]:
@@ -207,6 +221,8 @@ def stage_prediction(df: pd.DataFrame, measured: bool, host: dict, rdir: Path, m
     except StageError as e:     # ORT cannot create a session for the optimized graph: the baseline stands
         pred = {"baseline_latency_us": info["predicted_latency_us"], "predicted_latency_us": info["predicted_latency_us"],
                 "interval_us": None, "predicted_by": "baseline", "note_kernel_model": str(e)}
+    if pred["predicted_by"] == "kernel model" and measured:
+        pred = at_host_speed(pred, metas.get("profile_meta.json"), latency_model_file)
     session = (metas.get("profile_meta.json") or {}).get("session_latency", {}).get("median_us")
     pred.update({"fusion_from": fusion, "model": info["model"], "note": info["note"], "measured_latency_us": session,
                  "error": pred["predicted_latency_us"] / session - 1 if session else None,
@@ -221,6 +237,11 @@ def print_prediction(pred: dict) -> None:
         if pred["error"] is not None else ""
     iv = f", interval {ms(pred['interval_us'][0])}-{ms(pred['interval_us'][1])}" if pred.get("interval_us") else ""
     print(f"predicted latency {ms(pred['predicted_latency_us'])} ({pred['predicted_by']}{iv}){err}")
+    if pred.get("host_speed_factor"):
+        print(f"  at the host's speed 01 measured: {pred['host_speed_factor']:.3f}x make calibrate's "
+              f"({ms(pred['calibration_host_latency_us'])} at the calibration's speed)")
+    elif pred.get("host_speed_note"):
+        print(f"note: predicted at the calibration host's speed: {pred['host_speed_note']}")
     base = f" ({100 * pred['baseline_error']:+.0f}%)" if pred.get("baseline_error") is not None else ""
     print(f"baseline (efficiency model) {ms(pred['baseline_latency_us'])}{base}"
           + (f"; {pred['note']}" if pred["note"] else ""))

@@ -116,6 +116,31 @@ def profile_model(model_path: str, feeds: dict[str, np.ndarray], *, provider="cp
                            for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")}}
 
 
+def add_profile_arguments(p) -> None:
+    """Stage 01's options for how the model is run and measured."""
+    p.add_argument("--provider", default="cpu", choices=sorted(PROVIDERS), help="execution provider (default: cpu)")
+    p.add_argument("--runs", type=int, default=10, help="measured runs per session (default: %(default)s)")
+    p.add_argument("--sessions", type=int, default=3,
+                   help="ORT sessions, one after the other (default: %(default)s): on a shared machine one session can "
+                        "run its kernels 1.5-3x slower in all its runs; the figures are the medians over the sessions")
+    p.add_argument("--warmup", type=int, default=3, help="unmeasured warm-up runs (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads; 0 = ORT default, all cores")
+    p.add_argument("--opt-level", default="all", choices=list(OPT_LEVELS),
+                   help="ORT graph optimization level (default: all, ORT's own default)")
+
+
+def profile_sessions(model_path: str, feeds: dict[str, np.ndarray], sessions: int, keep_dir: Path, between=None,
+                     **kw) -> list[dict]:
+    """profile_model in `sessions` sessions one after the other (ORT's trace and optimized graph kept from the
+    first); between(): called after each session (stage 01's host reference)."""
+    out = []
+    for s in range(sessions):
+        out.append(profile_model(model_path, feeds, keep_dir=keep_dir if s == 0 else None, **kw))
+        if between is not None:
+            between()
+    return out
+
+
 def kernel_times(events: list[dict], warmup: int) -> tuple[list[dict[str, float]], dict]:
     """Kernel time per measured run (us per kernel name) from ORT's profiler events.
 
@@ -543,6 +568,23 @@ def latency_table(g: Graph, prof: dict) -> tuple[pd.DataFrame, dict]:
         "inside_control_flow": _inside(g, att["anchor"], prof.get("inside")),
     }
     return pd.DataFrame(rows), summary
+
+
+def merge_sessions(tables: list[tuple[pd.DataFrame, dict]]) -> tuple[pd.DataFrame, dict]:
+    """One latency_table from those of several sessions of a model: per node the median of the sessions' medians,
+    p10 and p90 the lowest and highest of theirs, the runs summed; the attribution summary the first session's, its
+    kernel time per run the sessions' median. Tables, not runs, are merged: ORT names the layout Reorder kernels it
+    inserts anew in each session, and each session's own optimized graph attributes its kernels."""
+    if len(tables) == 1:
+        return tables[0]
+    df, att = tables[0][0].copy(), dict(tables[0][1])
+    cols = {c: np.array([t[c].to_numpy(float) for t, _ in tables]) for c in ("latency_us", "p10_us", "p90_us", "runs")}
+    df["latency_us"] = np.median(cols["latency_us"], axis=0)
+    df["p10_us"], df["p90_us"] = cols["p10_us"].min(axis=0), cols["p90_us"].max(axis=0)
+    df["runs"] = cols["runs"].sum(axis=0).astype(int)
+    per_run = [a["kernel_time_per_run_us"]["median"] for _, a in tables]
+    att["kernel_time_per_run_us"] = {"median": None if None in per_run else float(np.median(per_run))}
+    return df, att
 
 
 def _inside(g: Graph, anchor: dict, inside: dict | None) -> dict:

@@ -27,13 +27,13 @@ import pandas as pd
 from lib import cli
 from lib.analysis.device_time import device_time
 from lib.analysis.roofline import node_bytes
-from lib.artifacts import CONFIGS, REPO, atomic_path, read_csv, results_dir, versions, write_csv, write_json
+from lib.artifacts import CONFIGS, REPO, atomic_path, read_csv, read_json, results_dir, versions, write_csv, write_json
 from lib.errors import StageError
 from lib.host import load_host
 from lib.latency.kernel_model import load_kernel_model
 from lib.latency.latency_model import load_latency_model, peak_per_row, traffic_bytes
 from lib.latency.microbench import _graph_and_feeds_of_path, _graph_of_path, _input_shapes, node_times, profile_runs
-from lib.latency.predict import kernel_prediction, optimized_graph
+from lib.latency.predict import at_host_speed, kernel_prediction, optimized_graph
 from lib.onnx.graph import load_model, real_inputs
 from lib.progress import Progress
 
@@ -46,13 +46,14 @@ SWEEP_COLUMNS = ["batch", "rounds", "measured_us", "measured_mean_us", "measured
 # ------------------------------------------------------------------ running stages 02 and 01
 
 def run_stages(model: str | Path, rdir: str | Path, shape_args: list[str], runs: int = 10,
-               threads: int = 0, profile: bool = True, costs: bool = True) -> None:
+               threads: int = 0, profile: bool = True, costs: bool = True, profile_args: tuple = ()) -> None:
     """Stage 02 (unless costs=False: already there) then stage 01 (the scripts themselves, as subprocesses)
-    into `rdir`."""
+    into `rdir`; profile_args: more of 01's options."""
     py = sys.executable
     steps = [["02_shapes_flops_bytes.py"]] if costs else []
     if profile:
-        steps.append(["01_profile_onnx.py", "--runs", str(runs)] + (["--threads", str(threads)] if threads else []))
+        steps.append(["01_profile_onnx.py", "--runs", str(runs), *profile_args]
+                     + (["--threads", str(threads)] if threads else []))
     for step in steps:
         cmd = [py, str(REPO / step[0]), "--model", str(model), "--results", str(rdir), *step[1:], *shape_args]
         r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
@@ -146,16 +147,18 @@ def compare(rdir: str | Path, model, peaks, bw: float, roles_ort: pd.DataFrame |
 
 
 def kernel_model_columns(c: dict, km, host: dict, rdir: Path, model_path, overrides: list[str], workload,
-                         preset) -> None:
+                         preset, latency_model) -> None:
     """The kernel model's prediction (lib/latency/predict.py: ORT's kernels from the optimized graph 01 kept,
-    costed from 02's table, never 01's times) as predicted_us, the efficiency model's as baseline_us."""
+    costed from 02's table, never 01's times; at the host speed 01 measured) as predicted_us, the efficiency
+    model's as baseline_us."""
     c["baseline_us"] = c.get("predicted_us")
     c["predicted_by"] = "baseline"
     if km is None or c.get("baseline_us") is None:
         return
     g = _graph_of_path(model_path, overrides, workload, preset)
     metrics = read_csv(rdir, "ops_metrics.csv", ("node", "op_type", "flops"))
-    p = kernel_prediction(km, g, metrics, optimized_graph(model_path, rdir), host)
+    p = at_host_speed(kernel_prediction(km, g, metrics, optimized_graph(model_path, rdir), host),
+                      read_json(rdir, "profile_meta.json"), latency_model)
     c["predicted_us"], (c["predicted_lo_us"], c["predicted_hi_us"]) = p["predicted_latency_us"], p["interval_us"]
     c["predicted_by"] = "kernel model"
 
@@ -222,8 +225,8 @@ def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_ov
             raise StageError(f"{model_path} has a FIXED batch dimension ({', '.join(f'{k}[0]={v}' for k, v in fixed.items())}"
                              f"): batches {bad} cannot run. Re-export with a symbolic batch: "
                              f"python -m lib.onnx.export_models NAME {model_path} --dynamic-batch")
-    model = load_latency_model(latency_model or CONFIGS / "latency_model.yaml")
-    km = load_kernel_model(latency_model or CONFIGS / "latency_model.yaml")
+    latency_model = latency_model or CONFIGS / "latency_model.yaml"
+    model, km = load_latency_model(latency_model), load_kernel_model(latency_model)
     host_cfg = load_host(host or CONFIGS / "host.yaml")
     peaks, bw = model_roofline(model, host)
     workload = workload or str(CONFIGS / "workload.yaml")
@@ -238,10 +241,11 @@ def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_ov
                     prog.update(rnd * len(batches) + batches.index(b),
                                 f"{f'round {rnd + 1}/{rounds}, ' if rounds > 1 else ''}batch {b}: {ov[0]}")
                 rdir = Path(keep or tmp) / f"b{b}"
-                run_stages(model_path, rdir, args, runs=runs, threads=threads, costs=rnd == 0)
+                run_stages(model_path, rdir, args, runs=runs, threads=threads, costs=rnd == 0,
+                           profile_args=("--latency-model", str(latency_model)))
                 c = compare(rdir, model, peaks, bw)
                 c.pop("per_node", None)
-                kernel_model_columns(c, km, host_cfg, rdir, model_path, [ov[0]], workload, preset)
+                kernel_model_columns(c, km, host_cfg, rdir, model_path, [ov[0]], workload, preset, latency_model)
                 if uncontended:
                     u = measure_uncontended(model_path, ov, workload, preset, runs=runs, threads=threads)
                     c["uncontended_us"], c["cpu_share"] = u["cpu_us"], u["share"]
@@ -258,7 +262,9 @@ def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_ov
     return pd.DataFrame([_sweep_row(b, seen[b]) for b in batches], columns=SWEEP_COLUMNS)
 
 
-MEDIAN_OVER_ROUNDS = ("measured_us", "measured_p10_us", "kernel_us", "uncontended_us", "cpu_share")
+# the kernel model's prediction too: each round's is taken to the host speed 01 measured in that round
+MEDIAN_OVER_ROUNDS = ("predicted_us", "predicted_lo_us", "predicted_hi_us", "measured_us", "measured_p10_us",
+                      "kernel_us", "uncontended_us", "cpu_share")
 
 
 def _sweep_row(b: int, rounds: list[dict]) -> dict:

@@ -104,7 +104,8 @@ def summary_section(art: Artifacts) -> dict:
     if prof_meta:
         sl = prof_meta["session_latency"]
         rows += [["session latency (session.run wall time)", f"{ms(sl['median_us'])} median, p10 {ms(sl['p10_us'])}, "
-                  f"p90 {ms(sl['p90_us'])} over {sl['runs']} runs"],
+                  f"p90 {ms(sl['p90_us'])} over {sl['runs']} runs"
+                  + (f" in {prof_meta['sessions']} sessions" if prof_meta.get("sessions", 1) > 1 else "")],
                  ["kernel time per run", f"{ms(prof_meta['kernel_time_per_run_us']['median'])}, "
                   f"{pct(100 * prof_meta['kernel_time_coverage'])} attributed to original nodes "
                   f"({prof_meta.get('nodes_with_kernel')} with a kernel, {prof_meta.get('nodes_fused')} fused)"],
@@ -159,6 +160,9 @@ def prediction_text(merge: dict | None, missing: str = "merge_meta.json is missi
         text += "; " + pred["subnormal_note"]
     if by == "baseline" and pred.get("note_kernel_model"):
         text += f"; kernel model not used: {pred['note_kernel_model']}"
+    if by != "baseline" and _num(pred.get("host_speed_factor")) is not None:
+        text += (f"; at the host speed 01 measured ({pred['host_speed_factor']:.2f}x make calibrate's; "
+                 f"{ms(pred['calibration_host_latency_us'])} at the calibration's)")
     return text
 
 

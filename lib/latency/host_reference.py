@@ -1,0 +1,118 @@
+"""The host's speed now against its speed during `make calibrate`, from a few training models measured again.
+
+On a shared VM the same models run 10-20% faster or slower from one minute to the next (the 37 training models'
+median moved from 0.80x to 1.10x of make calibrate's figures within 5 minutes on an Intel Xeon VM), more than the
+kernel model's own error. A prediction is for the host as make calibrate measured it; stage 01 measures a few
+training models (the reference) between the sessions of the user's model, and stage 03 scales the kernel model's
+prediction by the median of their now / calibration ratios: the prediction for the host of that minute. Only
+other models are measured, never the user's (its own profile never enters its prediction).
+
+The reference: the fastest training model of each of REFERENCE_FAMILIES families (4.7 ms of runs together on the
+Intel Xeon VM), written by make calibrate into the latency model file (kernel_model.host_reference) with the
+session latency it measured.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from lib.artifacts import CONFIGS, REPO, load_yaml
+from lib.errors import StageError
+from lib.latency.profiling import profile_model
+from lib.latency.training import training_inputs
+
+REFERENCE_FAMILIES = 4
+
+
+def section(records: list[dict], threads: int, train_dir: Path) -> dict:
+    """The latency model file's kernel_model.host_reference from make calibrate's training records: the fastest
+    model of each family, REFERENCE_FAMILIES of them, with the session latency calibration measured."""
+    picked, families = [], set()
+    for r in sorted((r for r in records if r.get("session_us")), key=lambda r: r["session_us"]):
+        if r["family"] not in families and len(picked) < REFERENCE_FAMILIES:
+            families.add(r["family"])
+            path = (Path(train_dir) / f"{r['model']}.onnx").resolve()
+            picked.append({"model": r["model"], "path": str(path.relative_to(REPO) if path.is_relative_to(REPO)
+                                                             else path), "session_us": round(float(r["session_us"]), 1)})
+    return {"threads": threads, "models": picked}
+
+
+def _section(path: Path) -> dict:
+    doc = (load_yaml(path, "latency model").get("kernel_model") or {}) if path.exists() else {}
+    return doc.get("host_reference") or {}
+
+
+def load(latency_model_file) -> tuple[dict | None, str]:
+    """(the latency model's host reference with paths resolved, '') or (None, why there is none)."""
+    path = Path(latency_model_file)
+    ref = _section(path)
+    if not ref.get("models"):
+        return None, f"no host reference in {path} (make calibrate writes one)"
+    files = {m["model"]: REPO / m["path"] for m in ref["models"]}
+    missing = [str(p) for p in files.values() if not p.exists()]
+    if missing:
+        return None, f"host reference models missing ({', '.join(missing[:2])}): make calibrate builds them"
+    return {**ref, "files": files, "latency_model": str(path)}, ""
+
+
+def add_arguments(p) -> None:
+    """Stage 01's options for the host reference."""
+    p.add_argument("--latency-model", default=str(CONFIGS / "latency_model.yaml"), metavar="YAML",
+                   help="latency model whose host reference (a few training models) is measured after each session, "
+                        "for stage 03 (default: %(default)s)")
+    p.add_argument("--no-host-reference", action="store_true",
+                   help="do not measure the host reference (stage 03 then predicts for the calibration host's speed)")
+
+
+def wanted(provider: str, off: bool, latency_model_file) -> tuple[dict | None, str]:
+    """Stage 01's reference: (load()'s, '') on the cpu provider unless turned off, else (None, why not)."""
+    if off:
+        return None, "host reference not measured (--no-host-reference)"
+    if provider != "cpu":
+        return None, f"host reference not measured on the {provider} provider (it is this host's CPU)"
+    return load(latency_model_file)
+
+
+def prepare(ref: dict) -> dict:
+    """{model: (path, feeds)}: each reference model fed as make calibrate fed it."""
+    return {m: (p, training_inputs(p)[1]) for m, p in ref["files"].items()}
+
+
+def measure(ref: dict, ready: dict) -> dict[str, float]:
+    """One session of each reference model, as make calibrate profiled it (3 warm-up runs, 10 measured, the
+    median): {model: session latency, us}."""
+    out = {}
+    for m, (p, feeds) in ready.items():
+        try:
+            wall = profile_model(str(p), feeds, runs=10, warmup=3, threads=int(ref.get("threads") or 0),
+                                 progress=False)["wall_us"]
+        except StageError:
+            raise StageError(f"host reference model {p} did not run: delete it and re-run make calibrate, or pass "
+                             f"--no-host-reference") from None
+        out[m] = float(np.median(wall))
+    return out
+
+
+def summary(ref: dict | None, rounds: list[dict[str, float]], why: str = "") -> dict:
+    """profile_meta.json's `host_reference`: per model the calibration's and today's latencies, and the factor
+    (the median over the models of their median now / calibration); without a reference, {"note": why}."""
+    if ref is None:
+        return {"note": why}
+    models = {m["model"]: {"calibration_us": float(m["session_us"]), "measured_us": [r[m["model"]] for r in rounds]}
+              for m in ref["models"]}
+    ratios = [np.median(v["measured_us"]) / v["calibration_us"] for v in models.values()]
+    return {"latency_model": ref["latency_model"], "models": models, "factor": float(np.median(ratios))}
+
+
+def factor(profile_meta: dict | None, latency_model_file) -> tuple[float | None, str]:
+    """(the host speed factor 01 measured, '') when it was measured against this latency model's calibration,
+    else (None, why not)."""
+    got = (profile_meta or {}).get("host_reference") or {}
+    if "factor" not in got:
+        return None, f"01 measured no host reference: {got.get('note', 'a profile from before it did')}"
+    calibrated = {m["model"]: float(m["session_us"]) for m in _section(Path(latency_model_file)).get("models", [])}
+    if calibrated != {m: v["calibration_us"] for m, v in got["models"].items()}:
+        return None, (f"01's host reference was measured against another calibration than {latency_model_file}'s "
+                      f"(re-run 01)")
+    return float(got["factor"]), ""

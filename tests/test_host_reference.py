@@ -1,0 +1,110 @@
+"""Stage 01's sessions and host reference, and stage 03's prediction at the host speed 01 measured
+(lib/latency/host_reference.py)."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import latency_model_copy, run_stage, small_cnn
+from lib.latency import host_reference
+from lib.latency.profiling import merge_sessions
+
+
+def test_the_reference_is_the_fastest_training_model_of_each_family(tmp_path):
+    recs = [{"model": "a1", "family": "A", "session_us": 900.0}, {"model": "a2", "family": "A", "session_us": 500.0},
+            {"model": "b1", "family": "B", "session_us": 700.0}, {"model": "c1", "family": "C", "session_us": 3000.0},
+            {"model": "d1", "family": "D", "session_us": 2000.0}, {"model": "e1", "family": "E", "session_us": 1000.0},
+            {"model": "micro", "family": "micro", "session_us": None}]
+    sec = host_reference.section(recs, 0, tmp_path)
+    assert [m["model"] for m in sec["models"]] == ["a2", "b1", "e1", "d1"]      # 4 families, fastest first
+    assert sec["models"][0] == {"model": "a2", "path": str((tmp_path / "a2.onnx").resolve()), "session_us": 500.0}
+
+
+def test_sessions_merge_to_each_nodes_median_and_the_widest_spread():
+    def table(lat, p10, p90, per_run):
+        return (pd.DataFrame({"node": ["a", "b"], "latency_us": lat, "p10_us": p10, "p90_us": p90, "runs": [10, 10]}),
+                {"kernel_time_per_run_us": {"median": per_run}, "kernels": 2})
+    df, att = merge_sessions([table([10.0, 1.0], [9.0, 0.5], [12.0, 2.0], 11.0),
+                              table([30.0, 2.0], [25.0, 1.5], [40.0, 3.0], 32.0),
+                              table([12.0, 4.0], [11.0, 3.0], [14.0, 6.0], 16.0)])
+    assert df["latency_us"].tolist() == [12.0, 2.0]
+    assert df["p10_us"].tolist() == [9.0, 0.5] and df["p90_us"].tolist() == [40.0, 6.0]
+    assert df["runs"].tolist() == [30, 30] and att["kernel_time_per_run_us"]["median"] == 16.0
+    assert att["kernels"] == 2
+
+
+@pytest.fixture(scope="module")
+def referenced(tmp_path_factory):
+    """A latency model whose host reference is one small CNN calibrated at 1 us (so the factor is its time now),
+    and small_cnn profiled against it in 2 sessions, then costed and merged."""
+    tmp = tmp_path_factory.mktemp("hostref")
+    lm = latency_model_copy(tmp)
+    doc = yaml.safe_load(lm.read_text())
+    ref = tmp / "ref.onnx"
+    small_cnn(ref)
+    doc["kernel_model"]["host_reference"] = {"threads": 0, "models": [
+        {"model": "ref", "path": str(ref), "session_us": 1.0}]}
+    lm.write_text(yaml.safe_dump(doc))
+    small_cnn(tmp / "m.onnx")
+    rdir = tmp / "r"
+    for stage, extra in (("01_profile_onnx.py", ["--sessions", 2, "--runs", 4, "--latency-model", lm]),
+                         ("02_shapes_flops_bytes.py", []), ("03_merge_profile_metrics.py", ["--latency-model", lm])):
+        r = run_stage(stage, "--model", tmp / "m.onnx", "--results", rdir, *extra)
+        assert r.returncode == 0, f"{stage}: {r.stderr}"
+    return tmp, lm, rdir, r.stdout
+
+
+def test_01_measures_the_reference_after_each_session_and_03_scales_the_prediction(referenced):
+    tmp, lm, rdir, out = referenced
+    prof = json.loads((rdir / "profile_meta.json").read_text())
+    assert prof["sessions"] == 2 and len(prof["session_medians_us"]) == 2 and prof["session_latency"]["runs"] == 8
+    ref = prof["host_reference"]
+    now = ref["models"]["ref"]["measured_us"]
+    assert len(now) == 2 and ref["factor"] == pytest.approx(np.median(now) / 1.0)
+    lat = pd.read_csv(rdir / "ops_latency.csv")
+    assert (lat.loc[lat["attribution"] == "kernel", "runs"] == 8).all()
+    pred = json.loads((rdir / "merge_meta.json").read_text())["prediction"]
+    assert pred["predicted_by"] == "kernel model" and pred["host_speed_factor"] == pytest.approx(ref["factor"])
+    assert pred["predicted_latency_us"] == pytest.approx(pred["calibration_host_latency_us"] * ref["factor"])
+    assert pred["error"] == pytest.approx(pred["predicted_latency_us"] / prof["session_latency"]["median_us"] - 1)
+    assert "at the host's speed 01 measured" in out
+
+
+def test_03_does_not_scale_by_a_reference_of_another_calibration(referenced):
+    """03 run with a latency model whose reference is not the one 01 measured: the calibration host's speed."""
+    tmp, lm, rdir, _ = referenced
+    (tmp / "other").mkdir()
+    other = latency_model_copy(tmp / "other")
+    r = run_stage("03_merge_profile_metrics.py", "--model", tmp / "m.onnx", "--results", rdir,
+                  "--latency-model", other)
+    assert r.returncode == 0, r.stderr
+    pred = json.loads((rdir / "merge_meta.json").read_text())["prediction"]
+    assert pred["host_speed_factor"] is None and "another calibration" in pred["host_speed_note"]
+    assert "calibration_host_latency_us" not in pred
+    assert "predicted at the calibration host's speed" in r.stdout
+
+
+def test_01_without_the_reference_says_so(tmp_path):
+    small_cnn(tmp_path / "m.onnx")
+    lm = latency_model_copy(tmp_path)
+    doc = yaml.safe_load(lm.read_text())
+    doc["kernel_model"]["host_reference"] = {"threads": 0, "models": [
+        {"model": "gone", "path": str(tmp_path / "gone.onnx"), "session_us": 1.0}]}
+    lm.write_text(yaml.safe_dump(doc))
+    r = run_stage("01_profile_onnx.py", "--model", tmp_path / "m.onnx", "--results", tmp_path / "r", "--sessions", 1,
+                  "--runs", 2, "--latency-model", lm)
+    assert r.returncode == 0, r.stderr
+    prof = json.loads((tmp_path / "r" / "profile_meta.json").read_text())
+    assert prof["host_reference"] == {"note": f"host reference models missing ({tmp_path / 'gone.onnx'}): make "
+                                              f"calibrate builds them"}
+    assert "host reference models missing" in r.stdout
+
+
+@pytest.mark.parametrize("args", [["--sessions", "0"], ["--runs", "0"]])
+def test_01_refuses_no_sessions_or_runs_and_writes_nothing(tmp_path, args):
+    small_cnn(tmp_path / "m.onnx")
+    r = run_stage("01_profile_onnx.py", "--model", tmp_path / "m.onnx", "--results", tmp_path / "r", *args)
+    assert r.returncode == 2 and "--runs and --sessions must be >= 1" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "r" / "profile_meta.json").exists()
