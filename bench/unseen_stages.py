@@ -24,16 +24,20 @@ from predict_unseen import DEFAULT, summary
 sys.path.insert(0, str(REPO))
 
 from bench.corpus import MANIFEST  # noqa: E402
+from lib.errors import StageError  # noqa: E402
+from lib.latency.sweep import run_stages  # noqa: E402
 
 
 def staged(e: dict, rdir: Path, sessions: int) -> dict:
-    """Stages 02, 01 and 03 on a manifest entry into rdir: 03's prediction."""
-    spec = ["--inputs-npz", REPO / e["make_args"]["INPUTS"], *shlex.split(e["make_args"].get("SHAPE_ARGS") or "")]
-    for stage, extra in (("02_shapes_flops_bytes.py", spec), ("01_profile_onnx.py", [*spec, "--sessions", sessions]),
-                         ("03_merge_profile_metrics.py", [])):
-        r = run_stage(stage, "--model", REPO / e["path"], "--results", rdir, *extra, check=False)
-        if r.returncode:
-            raise SystemExit(f"error: {stage} failed on {e['name']}: {(r.stderr.strip() or r.stdout).splitlines()[-1]}")
+    """Stages 02 and 01 (make sweep's run_stages), then 03, on a manifest entry into rdir: 03's prediction."""
+    spec = ["--inputs-npz", str(REPO / e["make_args"]["INPUTS"]), *shlex.split(e["make_args"].get("SHAPE_ARGS") or "")]
+    try:
+        run_stages(REPO / e["path"], rdir, spec, profile_args=("--sessions", str(sessions)))
+    except StageError as err:
+        raise SystemExit(f"error: {err}") from None
+    r = run_stage("03_merge_profile_metrics.py", "--model", REPO / e["path"], "--results", rdir, check=False)
+    if r.returncode:
+        raise SystemExit(f"error: 03 failed on {e['name']}: {(r.stderr.strip() or r.stdout).splitlines()[-1]}")
     return json.loads((rdir / "merge_meta.json").read_text())["prediction"]
 
 
