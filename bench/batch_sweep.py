@@ -7,8 +7,9 @@ Each model is built into models/ when missing (random weights: resnet50 with a s
 exporter; hf-bert from a Hugging Face config, 4 layers x 256, sequence 128) and swept by `make sweep`'s code
 (lib/latency/sweep.py: stage 02 and stage 01 per batch, the batches measured in turn `--rounds` times, medians
 kept; the prediction is 03's, the kernel model on ORT's optimized graph, never the batch's own kernel times).
-Prints per batch the measured and predicted latency, the error, the interval, the baseline's error, and per model
-the worst error and whether every batch is within 10%. Run it on a quiet machine: the measured side moves +-30%
+Prints per batch the measured and predicted latency, the error, the interval, the host speed factor 01 measured
+and the error at the calibration host's speed (the kernel model alone), the baseline's error, and per model the
+worst error and whether every batch is within 10%. Run it on a quiet machine: the measured side moves +-30%
 on shared cores. `--record` writes the table into bench/RESULTS.md.
 """
 import sys
@@ -42,7 +43,7 @@ def main():
     out = Printed()
     out(f"batches {a.batches}, {a.rounds} rounds x {a.runs} runs; prediction: stage 03's (kernel model)")
     out(f"{'model':<9} {'batch':>5} {'measured ms':>12} {'predicted ms':>13} {'error':>7} {'interval ms':>15} "
-        f"{'baseline error':>15}")
+        f"{'host factor':>11} {'at calibration':>14} {'baseline error':>15}")
     verdicts = []
     for name in a.models:
         extra, kw = MODELS[name]
@@ -52,6 +53,7 @@ def main():
         for r in df.itertuples():
             out(f"{name:<9} {r.batch:>5} {r.measured_us / 1e3:>12.2f} {r.predicted_us / 1e3:>13.2f} "
                 f"{r.err_pct:>+6.1f}% {r.predicted_lo_us / 1e3:>7.2f}-{r.predicted_hi_us / 1e3:<7.2f} "
+                f"{r.host_speed_factor:>11.3f} {100 * (r.calibration_host_us / r.measured_us - 1):>+13.1f}% "
                 f"{r.baseline_err_pct:>+14.1f}%")
         worst = float(df["err_pct"].abs().max())
         verdicts.append(f"{name}: worst {worst:.1f}%, {int((df['err_pct'].abs() <= 10).sum())} of {len(df)} batches "

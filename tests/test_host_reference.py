@@ -72,6 +72,22 @@ def test_01_measures_the_reference_after_each_session_and_03_scales_the_predicti
     assert "at the host's speed 01 measured" in out
 
 
+def test_the_sweep_keeps_the_factor_and_the_prediction_at_the_calibration_speed(referenced):
+    """make sweep's row (lib/latency/sweep.py) carries the host speed factor 01 measured and the kernel model's
+    prediction before it: the bench can tell the kernel model's error from the factor's."""
+    from lib.artifacts import CONFIGS
+    from lib.host import load_host
+    from lib.latency.kernel_model import load_kernel_model
+    from lib.latency.sweep import kernel_model_columns
+    tmp, lm, rdir, _ = referenced
+    c = {"predicted_us": 1.0}
+    kernel_model_columns(c, load_kernel_model(lm), load_host(CONFIGS / "host.yaml"), rdir, tmp / "m.onnx", [], None,
+                         None, lm)
+    factor = json.loads((rdir / "profile_meta.json").read_text())["host_reference"]["factor"]
+    assert c["predicted_by"] == "kernel model" and c["host_speed_factor"] == pytest.approx(factor)
+    assert c["predicted_us"] == pytest.approx(c["calibration_host_us"] * factor) and c["baseline_us"] == 1.0
+
+
 def test_03_does_not_scale_by_a_reference_of_another_calibration(referenced):
     """03 run with a latency model whose reference is not the one 01 measured: the calibration host's speed."""
     tmp, lm, rdir, _ = referenced

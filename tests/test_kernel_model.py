@@ -134,7 +134,7 @@ def test_a_kernel_that_starts_with_shape_reads_the_shape_vector():
          "act_in": np.array([1204224.0, 0.0, 40.0]), "act_out": np.array([32.0, 8.0, 8.0]),
          "kbytes": np.array([0.0, 0.0, 16.0]), "compute_dtype": np.array(["int64"] * 3, dtype=object),
          "dims": np.array(["4", "", ""], dtype=object), "shape_op": np.array([True, True, True]),
-         "axis_stride": np.ones(3)}
+         "axis_stride": np.ones(3), "exp_underflow": np.zeros(3)}
     row = group_row([0, 1, 2], "Gather", m)
     assert row["act_in_bytes"] == 32 and row["act_out_bytes"] == 8 and row["bytes"] == 40 and row["node"] == "gather"
 
@@ -508,6 +508,60 @@ def test_a_softmax_or_reduce_along_an_inner_axis_carries_its_stride(tmp_path):
     g = graph_of(onnx.load(str(tmp_path / "old.onnx")))
     kt = kernel_table(g, node_metrics(g), optimized_graph(tmp_path / "old.onnx"))
     assert kt["axis_stride"].tolist() == [1.0]
+
+
+def test_a_softmax_behind_a_mask_carries_the_share_of_its_outputs_that_underflow(tmp_path):
+    """ORT's exp takes ~10x as long where exp(x - max) underflows float32, as behind a BERT's padding mask
+    (lib/onnx/underflow.py): stage 02 runs the model once and writes each Softmax's share (ops_metrics.csv,
+    metrics_meta.json); the kernel table and the features carry it. Scores plus a mask of float32's minimum on key
+    positions 1 and 3 of 4: half of the outputs underflow; a Softmax of the scores alone: none; the Add takes no
+    exponential (empty in 02's table, 0 in the kernel table)."""
+    from lib.latency.predict import optimized_graph
+    low = np.finfo(np.float32).min
+    mask = numpy_helper.from_array(np.array([0, low, 0, low], np.float32), "m")
+    nodes = [helper.make_node("Add", ["x", "m"], ["s"], name="mask"),
+             helper.make_node("Softmax", ["s"], ["p"], name="masked", axis=-1),
+             helper.make_node("Softmax", ["x"], ["q"], name="plain", axis=-1),
+             helper.make_node("Add", ["p", "q"], ["y"], name="add")]
+    path = tmp_path / "masked.onnx"
+    make_model(nodes, [tensor("x", [2, 3, 4])], [tensor("y", [2, 3, 4])], [mask], path=path)
+    r = run_stage("02_shapes_flops_bytes.py", "--model", path, "--results", tmp_path / "r")
+    assert r.returncode == 0, r.stderr
+    assert "Softmax: 2 nodes, 25% of their outputs underflow" in r.stdout
+    metrics = pd.read_csv(tmp_path / "r" / "ops_metrics.csv").set_index("node")
+    assert metrics.loc["masked", "exp_underflow"] == 0.5 and metrics.loc["plain", "exp_underflow"] == 0.0
+    assert np.isnan(metrics.loc["mask", "exp_underflow"]) and np.isnan(metrics.loc["add", "exp_underflow"])
+    meta = json.loads((tmp_path / "r" / "metrics_meta.json").read_text())
+    assert meta["exp_underflow"] == {"nodes": 2, "mean_share": 0.25}
+    g = graph_of(onnx.load(str(path)))
+    kt = kernel_table(g, metrics.reset_index(), optimized_graph(path))
+    assert dict(zip(kt["node"], kt["exp_underflow"])) == {"mask": 0.0, "masked": 0.5, "plain": 0.0, "add": 0.0}
+    f, _ = km.features(kt.assign(micro=0.0), HOST, 0)
+    assert f["exp_underflow"].tolist() == kt["exp_underflow"].tolist()
+    # a table written before 02 measured it: the Softmax kernels' share is unknown (LightGBM's missing), not 0
+    old = kernel_table(g, metrics.reset_index().drop(columns="exp_underflow"), optimized_graph(path))
+    assert np.isnan(old.set_index("node").loc[["masked", "plain"], "exp_underflow"]).all()
+
+
+def test_the_underflow_share_by_hand(tmp_path):
+    """exp(x - max) < FLT_MIN where x - max < ln(FLT_MIN) = -87.3: along the axis from opset 13, over the 2-D rows
+    flattened at it before; no run without a Softmax; a run that fails leaves the share unknown, with its reason."""
+    from lib.onnx.underflow import exp_underflow, share_below
+    x = np.array([[[0, -100], [0, 0]], [[-50, -200], [0, -100]]], np.float32)
+    assert share_below(x, 1, 11) == 3 / 8       # rows [0 -100 0 0] and [-50 -200 0 -100]: 1 + 2 below
+    assert share_below(x, 1, 13) == 2 / 8       # pairs along axis 1: [-100 0] and [-200 -100] have one each
+    assert share_below(x, -1, 13) == 3 / 8      # [0 -100], [-50 -200] (max -50: -150 below), [0 -100]
+    relu = graph_of(make_model([helper.make_node("Relu", ["x"], ["y"], name="r")], [tensor("x", [2])],
+                               [tensor("y", [2])]))
+
+    def no_run():
+        raise AssertionError("a graph without a Softmax ran")
+    shares, note = exp_underflow("unused.onnx", relu, no_run)
+    assert np.isnan(shares).all() and note == ""
+    sm = make_model([helper.make_node("Softmax", ["x"], ["y"], name="s")], [tensor("x", [2])], [tensor("y", [2])],
+                    path=tmp_path / "sm.onnx")
+    shares, note = exp_underflow(tmp_path / "sm.onnx", graph_of(sm), {})      # no input fed: ORT refuses to run
+    assert np.isnan(shares).all() and note.startswith("Softmax inputs not measured (")
 
 
 def test_an_rnn_kernel_is_learnt_per_step(tmp_path):

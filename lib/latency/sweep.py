@@ -39,7 +39,7 @@ from lib.progress import Progress
 
 SWEEP_COLUMNS = ["batch", "rounds", "measured_us", "measured_mean_us", "measured_p10_us", "kernel_us", "predicted_us",
                  "predicted_lo_us", "predicted_hi_us", "predicted_by", "baseline_us", "baseline_err_pct",
-                 "predicted_kernel_us", "err_pct", "err_mean_pct", "uncontended_us", "cpu_share", "err_uncontended_pct", "throughput_per_s", "throughput_pred_per_s", "flops", "bytes", "weight_bytes",
+                 "predicted_kernel_us", "calibration_host_us", "host_speed_factor", "err_pct", "err_mean_pct", "uncontended_us", "cpu_share", "err_uncontended_pct", "throughput_per_s", "throughput_pred_per_s", "flops", "bytes", "weight_bytes",
                  "ai_flop_per_byte", "nodes_run", "input_shapes"]
 
 
@@ -160,6 +160,8 @@ def kernel_model_columns(c: dict, km, host: dict, rdir: Path, model_path, overri
     p = at_host_speed(kernel_prediction(km, g, metrics, optimized_graph(model_path, rdir), host),
                       read_json(rdir, "profile_meta.json"), latency_model)
     c["predicted_us"], (c["predicted_lo_us"], c["predicted_hi_us"]) = p["predicted_latency_us"], p["interval_us"]
+    c["calibration_host_us"] = p.get("calibration_host_latency_us", p["predicted_latency_us"])
+    c["host_speed_factor"] = p["host_speed_factor"]
     c["predicted_by"] = "kernel model"
 
 
@@ -263,8 +265,8 @@ def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_ov
 
 
 # the kernel model's prediction too: each round's is taken to the host speed 01 measured in that round
-MEDIAN_OVER_ROUNDS = ("predicted_us", "predicted_lo_us", "predicted_hi_us", "measured_us", "measured_p10_us",
-                      "kernel_us", "uncontended_us", "cpu_share")
+MEDIAN_OVER_ROUNDS = ("predicted_us", "predicted_lo_us", "predicted_hi_us", "host_speed_factor", "measured_us",
+                      "measured_p10_us", "kernel_us", "uncontended_us", "cpu_share")
 
 
 def _sweep_row(b: int, rounds: list[dict]) -> dict:

@@ -24,6 +24,7 @@ from lib.latency.kernels import kernel_table
 from lib.latency.microbench import _build, _fix_inputs, _graph_and_feeds_of_path, _graph_of
 from lib.latency.profiling import latency_table, profile_model
 from lib.onnx.metrics import node_metrics
+from lib.onnx.underflow import exp_underflow
 
 
 def fusion_roles(g, optimized: onnx.ModelProto) -> pd.DataFrame:
@@ -39,12 +40,21 @@ def training_inputs(path) -> tuple:
     return _graph_and_feeds_of_path(path, None, str(CONFIGS / "workload.yaml"))
 
 
+def costs(path: str | Path, graph, feeds) -> pd.DataFrame:
+    """Stage 02's table of a model run on `feeds`: node_metrics and each Softmax's exp_underflow."""
+    metrics = node_metrics(graph)
+    metrics["exp_underflow"], _ = exp_underflow(path, graph, feeds)
+    return metrics
+
+
 def profile_record(path: str | Path, name: str, family: str, host: dict, *, runs: int = 10, warmup: int = 3,
-                   threads: int = 0, graph=None, feeds=None, session: bool = True) -> dict:
-    """One model (or micro graph) profiled: its training record (see the module docstring)."""
+                   threads: int = 0, graph=None, feeds=None, session: bool = True, metrics=None) -> dict:
+    """One model (or micro graph) profiled: its training record (see the module docstring). metrics: costs() of
+    graph and feeds, when the caller has them."""
     if graph is None:
         graph, feeds = training_inputs(path)
-    metrics = node_metrics(graph)
+    if metrics is None:
+        metrics = costs(path, graph, feeds)
     with tempfile.TemporaryDirectory(prefix="ktrain_") as tmp:
         prof = profile_model(str(path), feeds, runs=runs, warmup=warmup, threads=threads, progress=False,
                              keep_dir=Path(tmp))
@@ -83,11 +93,12 @@ def profile_models(models: list[tuple[str, str, Path]], host: dict, *, runs: int
                 continue
             t0 = time.perf_counter()
             try:
-                if name not in graphs:      # inferred once, profiled every round
-                    graphs[name] = training_inputs(path)
-                g, feeds = graphs[name]
+                if name not in graphs:      # inferred and costed once, profiled every round
+                    g, feeds = training_inputs(path)
+                    graphs[name] = (g, feeds, costs(path, g, feeds))
+                g, feeds, metrics = graphs[name]
                 done.setdefault(name, []).append(profile_record(path, name, family, host, runs=runs, threads=threads,
-                                                                graph=g, feeds=feeds))
+                                                                graph=g, feeds=feeds, metrics=metrics))
             except StageError as e:
                 print(f"  note: {name} skipped: {e}", flush=True)
                 skipped.add(name)
@@ -145,8 +156,10 @@ def micro_records(case_list, host: dict, *, runs: int = 8, threads: int = 0,
             path = os.path.join(tmp, f"mb{i:04d}.onnx")
             onnx.save(model, path)
             try:
+                g = _graph_of(model)
+                metrics = costs(path, g, b.feeds)
                 recs = [profile_record(path, c.label, "micro", host, runs=runs, warmup=2, threads=threads,
-                                       graph=_graph_of(model), feeds=b.feeds, session=False)
+                                       graph=g, feeds=b.feeds, session=False, metrics=metrics)
                         for _ in range(sessions)]
             except StageError:
                 continue

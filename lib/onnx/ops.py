@@ -50,6 +50,7 @@ class Op:
     rearranges: bool = False        # moves or reshapes elements, no arithmetic, same element type
     reduces: bool = False           # folds its input along axes (Reduce*, global pools)
     along_axis: bool = False        # works along the one axis its `axis` attribute names (Softmax, ArgMax)
+    softmax_exp: bool = False       # takes exp(x - max) along its axis (Softmax, LogSoftmax)
     typed_by_input: bool = False    # its output's element type is not the one it computes in: its input's is
     qdq_fused: bool = False         # DequantizeLinear -> op -> QuantizeLinear runs as one integer kernel in ORT
 
@@ -66,6 +67,7 @@ FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is ge
     "rearranges": "moves or reshapes elements, no arithmetic: ORT may run one as another (attribution)",
     "reduces": "folds its input along axes: the longest such sum bounds a split's exactness check",
     "along_axis": "works along the axis its attribute names: the kernel model's stride feature (with reduces)",
+    "softmax_exp": "takes exp(x - max) along its axis: 02 measures the share that underflows (exp_underflow)",
     "typed_by_input": "computes in its input's element type, not its output's: the node's dtype column",
     "qdq_fused": "fed by DequantizeLinear of 8-bit tensors, ORT runs it as an integer kernel (QLinearConv ...)",
 }
@@ -397,6 +399,7 @@ flag("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "
      dtype_attribute=True)
 flag("EyeLike", dtype_attribute=True)
 flag("Softmax", "LogSoftmax", "ArgMax", "ArgMin", along_axis=True)
+flag("Softmax", "LogSoftmax", softmax_exp=True)
 
 
 # ---------------------------------------------------------------- value evaluators
@@ -520,6 +523,7 @@ for _key, _of in {"com.microsoft:Gelu": "Gelu", "com.microsoft:QLinearAdd": "Add
                   "com.microsoft:QLinearConcat": "Concat", "com.microsoft:QLinearGlobalAveragePool": "GlobalAveragePool",
                   "com.microsoft:QLinearAveragePool": "AveragePool"}.items():
     alias(_key, _of)
+flag("com.microsoft:QLinearSoftmax", softmax_exp=False)     # its exponential: a lookup table of the 256 codes
 
 # classical ML (ai.onnx.ml) and random ops: their formulas live in lib/onnx/ops_ml.py
 for _key, (_cls, _cost) in ML_OPS.items():
