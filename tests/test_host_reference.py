@@ -86,6 +86,9 @@ def test_the_sweep_keeps_the_factor_and_the_prediction_at_the_calibration_speed(
     factor = json.loads((rdir / "profile_meta.json").read_text())["host_reference"]["factor"]
     assert c["predicted_by"] == "kernel model" and c["host_speed_factor"] == pytest.approx(factor)
     assert c["predicted_us"] == pytest.approx(c["calibration_host_us"] * factor) and c["baseline_us"] == 1.0
+    c = {"predicted_us": 1.0}      # no kernel model: the baseline, and neither figure
+    kernel_model_columns(c, None, {}, rdir, tmp / "m.onnx", [], None, None, lm)
+    assert c["predicted_by"] == "baseline" and np.isnan(c["calibration_host_us"]) and np.isnan(c["host_speed_factor"])
 
 
 def test_03_does_not_scale_by_a_reference_of_another_calibration(referenced):

@@ -153,6 +153,7 @@ def kernel_model_columns(c: dict, km, host: dict, rdir: Path, model_path, overri
     model's as baseline_us."""
     c["baseline_us"] = c.get("predicted_us")
     c["predicted_by"] = "baseline"
+    c["calibration_host_us"] = c["host_speed_factor"] = float("nan")
     if km is None or c.get("baseline_us") is None:
         return
     g = _graph_of_path(model_path, overrides, workload, preset)
@@ -161,7 +162,7 @@ def kernel_model_columns(c: dict, km, host: dict, rdir: Path, model_path, overri
                       read_json(rdir, "profile_meta.json"), latency_model)
     c["predicted_us"], (c["predicted_lo_us"], c["predicted_hi_us"]) = p["predicted_latency_us"], p["interval_us"]
     c["calibration_host_us"] = p.get("calibration_host_latency_us", p["predicted_latency_us"])
-    c["host_speed_factor"] = p["host_speed_factor"]
+    c["host_speed_factor"] = float("nan") if p["host_speed_factor"] is None else p["host_speed_factor"]
     c["predicted_by"] = "kernel model"
 
 
