@@ -8,7 +8,8 @@ from (shape_source: onnx, ort, values, executed; constant for nodes computed fro
 when a shape is missing). Also writes graph.onnx (the inferred graph, weights stripped) that 08 and 10 reuse,
 graph.npz (its structure as arrays) that 04, 05 and 07 reuse, and metrics_meta.json (totals, model identity
 and input spec). A graph with Softmax nodes is run once on its inputs: exp_underflow, the share of each one's
-outputs that underflow float32 (lib/onnx/underflow.py; the kernel model's feature).
+outputs that underflow float32; subnormal, the share of subnormal values a node reads or writes (its weights, a
+Softmax's output) (lib/onnx/underflow.py; the kernel model's features).
 """
 from lib import cli
 from lib.artifacts import versions, write_csv, write_json
@@ -16,7 +17,7 @@ from lib.errors import StageError
 from lib.onnx.inputs import InputSpec
 from lib.onnx.loading import prepare, save_graph
 from lib.onnx.metrics import kv_cache, node_metrics, summarize
-from lib.onnx.underflow import exp_underflow, summary
+from lib.onnx.underflow import measure, summary, summary_lines
 from lib.provenance import new_run_id, stamp
 from lib.units import fmt_bytes, fmt_count
 
@@ -30,12 +31,8 @@ def report(path, shapes, s, note) -> None:
     kv = s["kv_cache"]["inputs"]
     if kv["tensors"]:
         print(f"  KV cache read: {kv['tensors']} inputs ({kv['example']} ...), {fmt_bytes(kv['bytes'])}")
-    uf = s["exp_underflow"]
-    if uf.get("note"):
-        print(f"  note: {uf['note']}")
-    elif uf["nodes"]:
-        print(f"  Softmax: {uf['nodes']} nodes, {100 * uf['mean_share']:.0f}% of their outputs underflow float32 "
-              f"(ORT's exp is ~10x slower on them)")
+    for line in summary_lines(s):
+        print(f"  {line}")
     print("  shapes from: " + ", ".join(f"{k} {v}" for k, v in s["shape_source"].items()))
     if note:
         print(f"  note: {note}")
@@ -68,8 +65,10 @@ def main(argv=None):
                          + ", ".join(f"{k} x{v}" for k, v in s["unknown_cost_ops"].items()))
     save_graph(an, a.rdir, run_id, consts)
     s["kv_cache"] = kv_cache(an.graph)
-    df["exp_underflow"], note = exp_underflow(a.model, an.graph, an.feeds)
-    s["exp_underflow"] = summary(df["exp_underflow"].to_numpy(float), note)
+    columns, note = measure(a.model, an.graph, an.feeds)
+    for c, v in columns.items():
+        df[c] = v
+    s.update(summary(columns, note))
     meta = stamp({"topological_order": "file" if an.graph.file_order else "kahn", "shape_note": an.inferred.executed_note,
                   **s, "versions": versions()}, an.identity, run_id=run_id)
     write_csv(df, a.rdir / "ops_metrics.csv")

@@ -134,7 +134,7 @@ def test_a_kernel_that_starts_with_shape_reads_the_shape_vector():
          "act_in": np.array([1204224.0, 0.0, 40.0]), "act_out": np.array([32.0, 8.0, 8.0]),
          "kbytes": np.array([0.0, 0.0, 16.0]), "compute_dtype": np.array(["int64"] * 3, dtype=object),
          "dims": np.array(["4", "", ""], dtype=object), "shape_op": np.array([True, True, True]),
-         "axis_stride": np.ones(3), "exp_underflow": np.zeros(3)}
+         "axis_stride": np.ones(3), "exp_underflow": np.zeros(3), "subnormal": np.zeros(3)}
     row = group_row([0, 1, 2], "Gather", m)
     assert row["act_in_bytes"] == 32 and row["act_out_bytes"] == 8 and row["bytes"] == 40 and row["node"] == "gather"
 
@@ -511,23 +511,25 @@ def test_a_softmax_or_reduce_along_an_inner_axis_carries_its_stride(tmp_path):
 
 
 def test_a_softmax_behind_a_mask_carries_the_share_of_its_outputs_that_underflow(tmp_path):
-    """ORT's exp takes ~10x as long where exp(x - max) underflows float32, as behind a BERT's padding mask
-    (lib/onnx/underflow.py): stage 02 runs the model once and writes each Softmax's share (ops_metrics.csv,
-    metrics_meta.json); the kernel table and the features carry it. Scores plus a mask of float32's minimum on key
-    positions 1 and 3 of 4: half of the outputs underflow; a Softmax of the scores alone: none; the Add takes no
-    exponential (empty in 02's table, 0 in the kernel table)."""
+    """ORT's exp takes ~10x as long on a vector where exp(x - max) underflows float32, as behind a BERT's padding
+    mask (lib/onnx/underflow.py): stage 02 runs the model once and writes each Softmax's share of 16-value runs
+    holding one (ops_metrics.csv, metrics_meta.json); the kernel table and the features carry it. Rows of 20 scores
+    plus a mask of float32's minimum on key position 17: the second run of each row (values 16-19), half of them;
+    a Softmax of the scores alone: none; the Add takes no exponential (empty in 02's table, 0 in the kernel
+    table)."""
     from lib.latency.predict import optimized_graph
-    low = np.finfo(np.float32).min
-    mask = numpy_helper.from_array(np.array([0, low, 0, low], np.float32), "m")
+    m = np.zeros(20, np.float32)
+    m[17] = np.finfo(np.float32).min
+    mask = numpy_helper.from_array(m, "m")
     nodes = [helper.make_node("Add", ["x", "m"], ["s"], name="mask"),
              helper.make_node("Softmax", ["s"], ["p"], name="masked", axis=-1),
              helper.make_node("Softmax", ["x"], ["q"], name="plain", axis=-1),
              helper.make_node("Add", ["p", "q"], ["y"], name="add")]
     path = tmp_path / "masked.onnx"
-    make_model(nodes, [tensor("x", [2, 3, 4])], [tensor("y", [2, 3, 4])], [mask], path=path)
+    make_model(nodes, [tensor("x", [2, 3, 20])], [tensor("y", [2, 3, 20])], [mask], path=path)
     r = run_stage("02_shapes_flops_bytes.py", "--model", path, "--results", tmp_path / "r")
     assert r.returncode == 0, r.stderr
-    assert "Softmax: 2 nodes, 25% of their outputs underflow" in r.stdout
+    assert "Softmax: 2 nodes, 25% of their 16-value runs hold an exponential that underflows" in r.stdout
     metrics = pd.read_csv(tmp_path / "r" / "ops_metrics.csv").set_index("node")
     assert metrics.loc["masked", "exp_underflow"] == 0.5 and metrics.loc["plain", "exp_underflow"] == 0.0
     assert np.isnan(metrics.loc["mask", "exp_underflow"]) and np.isnan(metrics.loc["add", "exp_underflow"])
@@ -544,24 +546,64 @@ def test_a_softmax_behind_a_mask_carries_the_share_of_its_outputs_that_underflow
 
 
 def test_the_underflow_share_by_hand(tmp_path):
-    """exp(x - max) < FLT_MIN where x - max < ln(FLT_MIN) = -87.3: along the axis from opset 13, over the 2-D rows
-    flattened at it before; no run without a Softmax; a run that fails leaves the share unknown, with its reason."""
-    from lib.onnx.underflow import exp_underflow, share_below
-    x = np.array([[[0, -100], [0, 0]], [[-50, -200], [0, -100]]], np.float32)
-    assert share_below(x, 1, 11) == 3 / 8       # rows [0 -100 0 0] and [-50 -200 0 -100]: 1 + 2 below
-    assert share_below(x, 1, 13) == 2 / 8       # pairs along axis 1: [-100 0] and [-200 -100] have one each
-    assert share_below(x, -1, 13) == 3 / 8      # [0 -100], [-50 -200] (max -50: -150 below), [0 -100]
+    """exp(x - max) < FLT_MIN where x - max < ln(FLT_MIN) = -87.3, counted per 16-value run along the axis from
+    opset 13, along the 2-D rows flattened at it before; no run without a Softmax; a run that fails leaves the
+    share unknown, with its reason."""
+    from lib.onnx.underflow import measure, share_below
+    x = np.zeros((2, 20), np.float32)
+    x[0, 3], x[1, 17], x[1, 18] = -100, -100, -100
+    assert share_below(x, -1, 13) == 2 / 4      # runs 0-15, 16-19 per row: row 0 the first, row 1 the second
+    assert share_below(x, 1, 11) == 2 / 4       # the same rows
+    assert share_below(x, 0, 13) == 3 / 20      # 20 columns of 2 values: columns 3, 17, 18 hold one
+    assert share_below(x, 0, 11) == 2 / 3       # one row of 40 (runs 0-15, 16-31, 32-39): values 3 and 37, 38
     relu = graph_of(make_model([helper.make_node("Relu", ["x"], ["y"], name="r")], [tensor("x", [2])],
                                [tensor("y", [2])]))
 
     def no_run():
         raise AssertionError("a graph without a Softmax ran")
-    shares, note = exp_underflow("unused.onnx", relu, no_run)
-    assert np.isnan(shares).all() and note == ""
-    sm = make_model([helper.make_node("Softmax", ["x"], ["y"], name="s")], [tensor("x", [2])], [tensor("y", [2])],
-                    path=tmp_path / "sm.onnx")
-    shares, note = exp_underflow(tmp_path / "sm.onnx", graph_of(sm), {})      # no input fed: ORT refuses to run
-    assert np.isnan(shares).all() and note.startswith("Softmax inputs not measured (")
+    columns, note = measure("unused.onnx", relu, no_run)
+    assert np.isnan(columns["exp_underflow"]).all() and columns["subnormal"].tolist() == [0.0] and note == ""
+    sm = make_model([helper.make_node("Softmax", ["x"], ["y"], name="s"), helper.make_node("Relu", ["y"], ["z"], name="r")],
+                    [tensor("x", [2])], [tensor("z", [2])], path=tmp_path / "sm.onnx")
+    columns, note = measure(tmp_path / "sm.onnx", graph_of(sm), {})      # no input fed: ORT refuses to run
+    assert np.isnan(columns["exp_underflow"]).all() and note.startswith("Softmax inputs not measured (")
+    assert np.isnan(columns["subnormal"]).all()     # the Softmax's output and its reader: unknown
+
+
+def test_the_subnormal_share_by_hand(tmp_path):
+    """A node's share of subnormal values read or written (lib/onnx/underflow.py): scores [0 -100 0 -100] plus 0
+    give Softmax outputs [0.5 exp(-100)/2 ...]: exp(-100)/2 = 1.9e-44 is subnormal (float32's smallest normal
+    value is 1.2e-38), half of them; a Transpose moves them to the MatMul that reads them (0.5); a Mul by a weight
+    with 1 of its 4 values 1e-40 reads 0.25; an Add of two normal tensors 0. Through stage 02 (ops_metrics.csv,
+    metrics_meta.json, its printed line) and the kernel table."""
+    from lib.latency.predict import optimized_graph
+    from lib.onnx.underflow import measure
+    inits = [numpy_helper.from_array(np.array([0, -100, 0, -100], np.float32), "m"),
+             numpy_helper.from_array(np.ones((2, 3), np.float32), "v"),
+             numpy_helper.from_array(np.array([1, 1e-40, 1, 1], np.float32), "w")]
+    nodes = [helper.make_node("Add", ["x", "m"], ["s"], name="mask"),
+             helper.make_node("Softmax", ["s"], ["p"], name="sm", axis=-1),
+             helper.make_node("Transpose", ["p"], ["pt"], name="tr", perm=[1, 0]),
+             helper.make_node("MatMul", ["pt", "v"], ["y"], name="mm"),
+             helper.make_node("Mul", ["x", "w"], ["z"], name="mul"),
+             helper.make_node("Add", ["x", "x"], ["u"], name="plain")]
+    path = tmp_path / "sub.onnx"
+    make_model(nodes, [tensor("x", [2, 4])], [tensor("y", [4, 3]), tensor("z", [2, 4]), tensor("u", [2, 4])], inits,
+               path=path)
+    g = graph_of(onnx.load(str(path)))
+    columns, note = measure(path, g, {"x": np.zeros((2, 4), np.float32)})
+    assert note == "" and dict(zip(g.names, columns["subnormal"])) == {
+        "mask": 0.0, "sm": 0.5, "tr": 0.5, "mm": 0.5, "mul": 0.25, "plain": 0.0}
+    np.savez(tmp_path / "x.npz", x=np.zeros((2, 4), np.float32))
+    r = run_stage("02_shapes_flops_bytes.py", "--model", path, "--inputs-npz", tmp_path / "x.npz",
+                  "--results", tmp_path / "r")
+    assert r.returncode == 0, r.stderr
+    assert "subnormal values: 4 nodes read or write them, up to 50.0% of a tensor" in r.stdout
+    metrics = pd.read_csv(tmp_path / "r" / "ops_metrics.csv").set_index("node")
+    assert metrics.loc[["sm", "mm", "mul", "plain"], "subnormal"].tolist() == [0.5, 0.5, 0.25, 0.0]
+    assert json.loads((tmp_path / "r" / "metrics_meta.json").read_text())["subnormal"] == {"nodes": 4, "max_share": 0.5}
+    kt = kernel_table(g, metrics.reset_index(), optimized_graph(path)).set_index("node")
+    assert kt.loc["mm", "subnormal"] == 0.5 and kt.loc["plain", "subnormal"] == 0.0
 
 
 def test_02_goes_on_when_onnx_runtime_cannot_run_the_model(tmp_path):

@@ -5,8 +5,9 @@ Per kernel (lib/latency/kernels.py's table): bounds() gives the cache-aware roof
 FLOPs at the compute dtype's peak, bytes through the memory levels, each serving at most its size). features() are
 what a kernel's time depends on: its op, the number of nodes fused into it, compute dtype, dims, FLOPs, bytes,
 weight bytes, arithmetic intensity, memory level, threads, the stride of the axis a Softmax or Reduce* works along,
-the share of a Softmax's outputs that underflow float32 (stage 02 measures it on the inputs: masks make ORT's exp
-~10x slower).
+the share of a Softmax's outputs that underflow float32 and the share of subnormal values a kernel reads or
+writes (stage 02 measures both on the inputs: masks make ORT's exp ~10x slower; a multiply-add on a subnormal can
+take ~100x).
 A LightGBM regressor (gradient-boosted trees, as nn-Meter keeps per kernel type; categorical splits on op/dtype/
 memory level, so one model serves all types) learns
 y = log(t / max(bound, 1 us x steps)); the prediction max(bound, max(bound, 1 us x steps) x e^y) is never below the
@@ -44,7 +45,8 @@ from lib.onnx.ops import REGISTRY
 # arbitrary side of every categorical split (held out by family, such models were predicted tens of percent off)
 CATEGORICAL = ["op", "compute_dtype", "mem_level"]
 NUMERIC = ["log_flops", "log_bytes", "log_weight", "log_numel", "log_ai", "log_bound", "n_nodes", "rank",
-           "d1", "d2", "d3", "d4", "layout", "threads", "level", "micro", "log_stride", "exp_underflow"]
+           "d1", "d2", "d3", "d4", "layout", "threads", "level", "micro", "log_stride", "exp_underflow",
+           "subnormal"]
 FLOOR_US = 1.0          # the profiler's resolution: the base of the target for kernels whose bound is below it
 # an RNN runs its steps one after another, each a few small GEMMs: its base is FLOOR_US per step, so the trees learn
 # its time per step (held out by family, a GRU was predicted 2.2x its time as a multiple of its FLOP bound)
@@ -129,8 +131,8 @@ def features(kt: pd.DataFrame, host: dict, threads: int) -> tuple[pd.DataFrame, 
         # a Softmax or Reduce* along a non-last axis reads strided (up to 30x the time of the last axis)
         "log_stride": np.log(np.maximum(kt["axis_stride"].to_numpy(float), 1.0)),
         # the share of a Softmax's outputs whose exponential underflows (lib/onnx/underflow.py: ~10x per element;
-        # NaN, LightGBM's missing, where not measured)
-        "exp_underflow": kt["exp_underflow"].to_numpy(float)})
+        # NaN, LightGBM's missing, where not measured) and of subnormal values it reads or writes
+        "exp_underflow": kt["exp_underflow"].to_numpy(float), "subnormal": kt["subnormal"].to_numpy(float)})
     return f, b
 
 

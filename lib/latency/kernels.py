@@ -34,7 +34,8 @@ from lib.onnx.underflow import exp_nodes
 
 KERNEL_COLUMNS = ["kernel", "op", "pattern", "node", "nodes", "n_nodes", "flops", "macs", "weight_bytes",
                   "act_in_bytes", "act_out_bytes", "bytes", "compute_dtype", "dims", "out_numel", "layout",
-                  "axis_stride", "exp_underflow", "in_shapes", "out_shapes", "t_us", "p10_us", "p90_us", "runs"]
+                  "axis_stride", "exp_underflow", "subnormal", "in_shapes", "out_shapes", "t_us", "p10_us",
+                  "p90_us", "runs"]
 FP32_BYTES = ("weight_bytes", "act_in_bytes", "act_out_bytes", "bytes")    # an fp16 kernel run in fp32 moves twice
 READS_SHAPE = names_with("reads_shape")     # Shape, Size: read a tensor's shape, not its data
 __all__ = ["KERNEL_COLUMNS", "is_mac_kernel", "kernel_table", "group_row", "optimized_kernels", "trace_kernels"]
@@ -150,7 +151,8 @@ def group_row(group: list[int], op: str, m: dict) -> dict:
             "flops": float(np.nansum(m["flops"][group])), "macs": float(np.nansum(m["macs"][group])),
             "weight_bytes": w, "act_in_bytes": act_in, "act_out_bytes": act_out, "bytes": float(own),
             "compute_dtype": dt, "dims": m["dims"][a], "layout": False, "axis_stride": m["axis_stride"][a],
-            "exp_underflow": float(np.max(m["exp_underflow"][group]))}
+            "exp_underflow": float(np.max(m["exp_underflow"][group])),
+            "subnormal": float(np.max(m["subnormal"][group]))}
 
 
 # ops that work along one axis (or several, Reduce*) read strided when it is not the last: ORT's Softmax over
@@ -200,16 +202,20 @@ def _metric_arrays(g, metrics: pd.DataFrame) -> dict:
             "shape_op": (df["shape_op"].fillna(False).astype(bool).to_numpy() if "shape_op" in df else np.zeros(len(df), bool))
             | np.array([n.op_type.startswith("Constant") or n.op_type in VIEW_KERNELS for n in g.nodes], dtype=bool),
             "dims": df["out_shapes"].fillna("").astype(str).str.split(";").str[0].to_numpy(object),
-            "axis_stride": axis_strides(g), "exp_underflow": _exp_underflow(g, df)}
+            "axis_stride": axis_strides(g), "exp_underflow": _exp_underflow(g, df),
+            "subnormal": _measured(df, "subnormal", len(g.nodes))}
+
+
+def _measured(df: pd.DataFrame, column: str, n: int) -> np.ndarray:
+    """Stage 02's measured column (lib/onnx/underflow.py), NaN where not measured: a table written before 02 did."""
+    return df[column].to_numpy(float) if column in df else np.full(n, np.nan)
 
 
 def _exp_underflow(g, df: pd.DataFrame) -> np.ndarray:
-    """Per node: stage 02's share of a Softmax's outputs that underflow (lib/onnx/underflow.py; NaN where not
-    measured: a table written before 02 measured it), 0 for the nodes that take no exponential."""
+    """Per node: stage 02's share of a Softmax's outputs that underflow, 0 for the nodes that take no exponential."""
     out = np.zeros(len(g.nodes))
     pos = exp_nodes(g)
-    col = df["exp_underflow"].to_numpy(float) if "exp_underflow" in df else np.full(len(g.nodes), np.nan)
-    out[pos] = col[pos]
+    out[pos] = _measured(df, "exp_underflow", len(g.nodes))[pos]
     return out
 
 
@@ -258,7 +264,7 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
             nb = own_bytes.get(k, 0.0)
             row = {"pattern": op, "node": "", "nodes": "", "n_nodes": 0, "flops": 0.0, "macs": 0.0, "weight_bytes": 0.0,
                    "act_in_bytes": nb, "act_out_bytes": nb, "bytes": 2 * nb, "compute_dtype": "float", "dims": "",
-                   "layout": op in LAYOUT_KERNELS, "axis_stride": 1.0, "exp_underflow": 0.0}
+                   "layout": op in LAYOUT_KERNELS, "axis_stride": 1.0, "exp_underflow": 0.0, "subnormal": 0.0}
         elif owner.get(a) != k:    # a second kernel on a group: a view, a layout or a copy of its output
             # a view moves no data; a layout kernel its own tensor (of the group's input or output: which, only
             # its node says); else the group's output
@@ -266,7 +272,7 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
             row = {"pattern": op, "node": m["node"][a], "nodes": "", "n_nodes": 0, "flops": 0.0, "macs": 0.0,
                    "weight_bytes": 0.0, "act_in_bytes": nb, "act_out_bytes": nb, "bytes": 2 * nb,
                    "compute_dtype": m["compute_dtype"][a], "dims": m["dims"][a], "layout": True, "axis_stride": 1.0,
-                   "exp_underflow": 0.0}
+                   "exp_underflow": 0.0, "subnormal": 0.0}
         else:
             row = group_row(groups[a], op, m)
         if row["compute_dtype"] == "float16" and k in runs_float:      # what ORT runs (module docstring)

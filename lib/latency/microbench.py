@@ -345,6 +345,30 @@ def _softmax_masked(b: Builder, p: str, shape, mask: str, share: float = 0.5):
     b.out(*b.node("Softmax", scores, p, axis=-1))
 
 
+def _attention_subnormal(b: Builder, p: str, shape, dv, share, scale=1.0):
+    """Scores (x `scale`) plus a mask of -100 at `share` of the positions (seeded), Softmax, then its MatMul with
+    V: swin's shifted windows add -100, whose exponential is subnormal, and the MatMul reading them takes a
+    microcode assist per multiply-add on one (lib/onnx/underflow.py's subnormal). Scores near 0 (scale 0.1, as in
+    swin) put every masked output in the subnormal range; N(0, 1) ones flush some to 0."""
+    m = np.where(b.rng.random(shape[-2:]) < share, -100.0, 0.0).astype(np.float32)
+    x = b.inp(f"{p}_x", shape)
+    if scale != 1.0:
+        x = b.node("Mul", [x, b.w(f"{p}_s", np.array(scale, np.float32))], f"{p}_scale")[0]
+    scores = b.node("Add", [x, b.w(f"{p}_m", m)], f"{p}_mask")
+    attn = b.node("Softmax", scores, f"{p}_sm", axis=-1)
+    b.out(*b.node("MatMul", [attn[0], b.inp(f"{p}_v", [*shape[:-1], dv])], p))
+
+
+def _conv_subnormal(b: Builder, p: str, n, cin, cout, hw, k, share):
+    """A conv with `share` of its weights subnormal (+-1e-40, seeded): a trained model's weights decayed towards
+    zero (ppocrv6_det_small's 1x1 convs, 24% and 63%)."""
+    w = b.rng.standard_normal((cout, cin, k, k)).astype(np.float32) / np.float32(math.sqrt(cin * k * k))
+    tiny = b.rng.random(w.shape) < share
+    w[tiny] = np.copysign(np.float32(1e-40), w[tiny])
+    ins = [b.inp(f"{p}_x", [n, cin, hw, hw]), b.w(f"{p}_w", w), b.wrand(f"{p}_b", [cout])]
+    b.out(*b.node("Conv", ins, p, pads=[k // 2] * 4, strides=[1, 1], kernel_shape=[k, k]))
+
+
 def _reduce(b: Builder, p: str, op, shape, axis=-1):
     x = b.inp(f"{p}_x", shape)
     b.out(*b.node(op, [x, b.w(f"{p}_ax", np.array([axis], np.int64))], p, keepdims=1))
@@ -690,6 +714,23 @@ SOFTMAX_MASKED = [(T, ([1, 4, 128, 128], "padding")), (T, ([8, 4, 128, 128], "pa
                   (T, ([4, 4, 64, 64], "padding", 0.8)), (T, ([2, 8, 256, 256], "padding", 0.3)),
                   (H, ([4, 4, 128, 128], "padding")), (H, ([1, 6, 256, 256], "causal")),
                   (H, ([32, 4, 128, 128], "padding", 0.6))]
+# subnormal inputs (lib/onnx/underflow.py): swin's shifted-window MatMul (attn . V) ran 11x its unmasked twin with
+# 12% of attn subnormal; ppocrv6_det_small's 1x1 convs 80x-190x their bound. (shape, dv, share)
+ATTENTION_SUBNORMAL = [(T, ([64, 3, 49, 49], 32, 0.12, 0.1)), (T, ([16, 6, 49, 49], 32, 0.23)),
+                       (T, ([4, 12, 49, 49], 32, 0.43, 0.1)), (T, ([1, 4, 128, 128], 64, 0.05)),
+                       (T, ([8, 4, 128, 128], 32, 0.3, 0.1)), (T, ([64, 3, 49, 49], 32, 0.02)),
+                       (T, ([1, 12, 197, 197], 64, 0.5, 0.1)), (T, ([64, 3, 49, 49], 16, 0.3)),
+                       (T, ([16, 6, 49, 49], 16, 0.06, 0.1)), (T, ([4, 12, 49, 49], 16, 0.15)),
+                       (T, ([1, 24, 49, 49], 16, 0.6, 0.1)), (T, ([4, 4, 64, 64], 32, 0.2)),
+                       (T, ([1, 8, 256, 256], 32, 0.1, 0.1)), (T, ([32, 4, 49, 49], 64, 0.4)),
+                       (T, ([2, 6, 100, 100], 32, 0.25, 0.1)), (T, ([8, 3, 64, 64], 16, 0.01)),
+                       (H, ([16, 6, 49, 49], 32, 0.1, 0.1)), (H, ([2, 8, 64, 64], 64, 0.35))]
+# (n, cin, cout, hw, k, share)
+CONV_SUBNORMAL = [(T, (1, 64, 64, 56, 1, 0.25)), (T, (1, 128, 128, 28, 3, 0.1)), (T, (1, 32, 64, 112, 1, 0.6)),
+                  (T, (1, 256, 256, 14, 1, 0.05)), (T, (1, 16, 32, 80, 3, 0.4)), (T, (1, 32, 32, 28, 1, 0.02)),
+                  (T, (1, 64, 128, 14, 1, 0.15)), (T, (1, 24, 24, 56, 3, 0.01)), (T, (1, 128, 64, 28, 1, 0.5)),
+                  (T, (1, 48, 96, 20, 3, 0.3)), (T, (1, 96, 24, 40, 1, 0.08)), (T, (1, 512, 128, 7, 1, 0.2)),
+                  (H, (1, 96, 96, 56, 1, 0.3)), (H, (1, 64, 128, 40, 3, 0.15))]
 REDUCE = [(T, ("ReduceMean", [1, 128, 256])), (T, ("ReduceMean", [1, 197, 768])), (T, ("ReduceSum", [1, 64, 3136])),
           (T, ("ReduceMax", [1, 4, 128, 128])), (T, ("ReduceMean", [16, 128, 1024])),
           (H, ("ReduceMean", [1, 512, 784])), (H, ("ReduceSum", [4, 128, 256]))]
@@ -834,6 +875,11 @@ CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
     ("softmax", _softmax, _named(lambda sh, ax: f"Softmax {_dims(sh)} axis {ax}", SOFTMAX_AXIS)),
     ("softmax", _softmax_masked, _named(lambda sh, mask, share=0.5: f"Softmax {_dims(sh)} behind a {mask} mask"
                                         f"{f' ({share:.0%})' if mask == 'padding' else ''}", SOFTMAX_MASKED)),
+    ("matmul", _attention_subnormal, _named(lambda sh, dv, share, scale=1.0: f"Softmax+MatMul {_dims(sh)} . V{dv} "
+                                            f"behind a -100 mask ({share:.0%}: subnormal, scores x{scale:g})",
+                                            ATTENTION_SUBNORMAL)),
+    ("conv", _conv_subnormal, _named(lambda n, ci, co, hw, k, share: f"Conv n{n} {ci}->{co} {hw}x{hw} k{k} with "
+                                     f"{share:.0%} subnormal weights", CONV_SUBNORMAL)),
     ("reduce", _reduce, _named(lambda op, sh: f"{op} {_dims(sh)}", REDUCE)),
     ("reduce", _reduce, _named(lambda op, sh, ax: f"{op} {_dims(sh)} axis {ax}", REDUCE_AXIS)),
     *[("shape" if fn is _shape_op else "data_movement", fn, [(s, label, tuple(args))])

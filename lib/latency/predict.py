@@ -25,7 +25,7 @@ from lib.latency.kernel_model import KernelModel, load_kernel_model
 from lib.latency.kernels import kernel_table
 from lib.latency.latency_model import load_latency_model, ort_node_roles, predict_profile
 from lib.onnx.loading import analysed
-from lib.onnx.reader import read_light, tensor_array
+from lib.onnx.underflow import subnormal_counts
 from lib.latency.profiling import _session
 
 
@@ -49,8 +49,6 @@ def optimized_graph(model_path: str | Path, rdir: Path | None = None, threads: i
 # on them: on 19 unseen trained models, a 1% share alone named 5, of which 4 ran as predicted (their flagged kernels
 # had under 3.2M such multiply-adds); the one that ran 3x slower had four kernels past both (29M-75M each)
 SUBNORMAL_SHARE, SUBNORMAL_MACS = 0.10, 1e6
-TINY = {onnx.TensorProto.FLOAT: np.finfo(np.float32).tiny, onnx.TensorProto.FLOAT16: np.finfo(np.float16).tiny,
-        onnx.TensorProto.DOUBLE: np.finfo(np.float64).tiny}      # the smallest normal value per float type
 
 
 def subnormal_weights(model_path: str | Path, g, per_kernel: pd.DataFrame) -> dict[str, float]:
@@ -65,19 +63,10 @@ def subnormal_weights(model_path: str | Path, g, per_kernel: pd.DataFrame) -> di
     wanted = {x for nodes in heavy["nodes"].fillna("") for x in str(nodes).split(";") if x}
     if not wanted:
         return {}
-    light = read_light(model_path)
-    floats = {t.name: t for t in light.model.graph.initializer if t.data_type in TINY}
-    weights = {node: [i for i in n.input if i in floats] for node, n in zip(g.names, g.nodes) if node in wanted}
-    share = {}
-    for name in {i for ins in weights.values() for i in ins}:
-        a = tensor_array(light, floats[name])
-        if a is None:
-            continue
-        a = np.abs(a)
-        n = np.count_nonzero((a > 0) & (a < TINY[floats[name].data_type]))
-        if n:
-            share[name] = n / np.count_nonzero(a)
-    node_share = {node: max((share.get(i, 0.0) for i in ins), default=0.0) for node, ins in weights.items()}
+    ins = {node: list(n.input) for node, n in zip(g.names, g.nodes) if node in wanted}
+    counts = subnormal_counts(model_path, {i for v in ins.values() for i in v})
+    share = {t: n / nonzero for t, (n, nonzero, _) in counts.items()}
+    node_share = {node: max((share.get(i, 0.0) for i in v), default=0.0) for node, v in ins.items()}
     out = {}
     for k, nodes, macs in zip(heavy["kernel"], heavy["nodes"].fillna(""), heavy["macs"]):
         v = max((node_share.get(x, 0.0) for x in str(nodes).split(";") if x), default=0.0)

@@ -24,7 +24,7 @@ from lib.latency.kernels import kernel_table
 from lib.latency.microbench import _build, _fix_inputs, _graph_and_feeds_of_path, _graph_of
 from lib.latency.profiling import latency_table, profile_model
 from lib.onnx.metrics import node_metrics
-from lib.onnx.underflow import exp_underflow
+from lib.onnx.underflow import measure
 
 
 def fusion_roles(g, optimized: onnx.ModelProto) -> pd.DataFrame:
@@ -41,9 +41,11 @@ def training_inputs(path) -> tuple:
 
 
 def costs(path: str | Path, graph, feeds) -> pd.DataFrame:
-    """Stage 02's table of a model run on `feeds`: node_metrics and each Softmax's exp_underflow."""
+    """Stage 02's table of a model run on `feeds`: node_metrics, each Softmax's exp_underflow and each node's
+    subnormal."""
     metrics = node_metrics(graph)
-    metrics["exp_underflow"], _ = exp_underflow(path, graph, feeds)
+    for c, v in measure(path, graph, feeds)[0].items():
+        metrics[c] = v
     return metrics
 
 

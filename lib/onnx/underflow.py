@@ -1,5 +1,8 @@
-"""The share of a Softmax's outputs that underflow: exp(x - max) below float32's smallest normal number
-(x - max < ln(FLT_MIN) = -87.3), measured on the model's inputs.
+"""Subnormal arithmetic, measured on the model's inputs: the share of a Softmax's outputs whose exponential
+underflows (exp_underflow) and the share of subnormal values a node reads or writes (subnormal).
+
+exp_underflow: the share of 16-value runs along the Softmax's axis (VECTOR) holding an exp(x - max) below
+float32's smallest normal number (x - max < ln(FLT_MIN) = -87.3).
 
 ORT's exponential (MLAS) takes about 10x as long on such an element (subnormal arithmetic): a lone 1x4x128x128
 Softmax ran 19 us on normal inputs and 157 us with half of them masked to float32's minimum, as a BERT's padding
@@ -7,6 +10,15 @@ mask does (its attention Softmax ran 186 us). Masks put it in most transformers 
 positions; causal: about half; shifted windows: some), and no count of FLOPs or bytes sees it: stage 02 runs the
 model once on its inputs and records the share per node (ops_metrics.csv's `exp_underflow`), and the kernel model
 takes it as a feature (lib/latency/kernel_model.py).
+
+subnormal: per node, the largest share of subnormal values among its float inputs and outputs whose values are
+known here: weights (read from the file) and a Softmax's output (computed from the same run), carried through nodes
+that only move it (Transpose, Reshape, Dropout). Arithmetic on a subnormal can take a microcode assist: on an Intel
+Xeon a 64x3x49x49 . 64x3x49x16 MatMul ran 82 us on normal inputs and 1.2 ms with 10% of them subnormal, which swin's
+shifted-window attention reads (its mask adds -100: exp(-100) is subnormal; its 64x3x49x49 Softmax writes them,
+0.95 ms with 12% masked, 0.24 ms unmasked), and two 1x1 convs of ppocrv6_det_small with 24% and 63% of their
+weights subnormal ran 80x and 190x their bound. An AMD EPYC showed no such cost on the latter: the kernel model
+learns it per host from calibration's micro-benchmarks.
 """
 from __future__ import annotations
 
@@ -17,10 +29,20 @@ import onnx
 from onnx import numpy_helper
 
 from lib.onnx.ops import names_with
+from lib.onnx.reader import read_light, tensor_array
 from lib.onnx.shapes import load_full
 
 EXP_OPS = names_with("softmax_exp")
-LN_FLT_MIN = float(np.log(np.finfo(np.float32).tiny))
+FLT_MIN = np.finfo(np.float32).tiny
+LN_FLT_MIN = float(np.log(FLT_MIN))
+# the float32 lanes of a 512-bit vector: ORT's exp pays for an underflow once per vector that holds one (a lone
+# 64x3x49x49 Softmax with 12% of its values masked to -100 ran 1.1-1.5 ms when they were contiguous runs in each
+# row, 2.1 ms when scattered at random and 2.7 ms with only every 16th value masked; 0.2 ms with none)
+VECTOR = 16
+# the smallest normal value per float type; not float16: a CPU computes in float32, where its subnormals are normal
+TINY = {onnx.TensorProto.FLOAT: FLT_MIN, onnx.TensorProto.DOUBLE: np.finfo(np.float64).tiny}
+# nodes whose output holds their input's values, moved (a Softmax's output reaches its MatMul through them)
+MOVES_VALUES = (names_with("rearranges") | names_with("view")) - names_with("reads_shape")
 
 
 def exp_nodes(g) -> list[int]:
@@ -29,31 +51,98 @@ def exp_nodes(g) -> list[int]:
             and g.nodes[p].input and g.nodes[p].input[0]]
 
 
-def share_below(x: np.ndarray, axis: int, opset: int) -> float:
-    """The share of exp(x - max) below FLT_MIN, max along `axis` (before opset 13: over the 2-D rows the input
-    is flattened into at `axis`)."""
+def _shifted(x: np.ndarray, axis: int, opset: int) -> tuple[np.ndarray, int]:
+    """(x - max along `axis`, the axis), before opset 13 over the 2-D rows the input is flattened into at `axis`."""
     x = np.asarray(x, dtype=np.float32)
-    if x.size == 0:
-        return 0.0
     axis = axis + x.ndim if axis < 0 else axis
     if opset < 13:
         x, axis = x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1), 1
     with np.errstate(invalid="ignore", over="ignore"):
-        d = x - x.max(axis=axis, keepdims=True)
-    return float(np.mean(d < LN_FLT_MIN))
+        return x - x.max(axis=axis, keepdims=True), axis
 
 
-def exp_underflow(model_path: str | Path, g, feeds) -> tuple[np.ndarray, str]:
-    """(per node of g: the share of its outputs that underflow, NaN for nodes that are no Softmax / LogSoftmax and
-    where the run failed; a note when it failed). One ONNX Runtime run, optimizations off (tensor names kept),
-    with the Softmax inputs exposed as outputs; no run when the graph has no such node. feeds: the inputs, or a
-    function that makes them (called only when there is a run)."""
+def share_below(x: np.ndarray, axis: int, opset: int) -> float:
+    """The share of the VECTOR-wide runs along `axis` (each row cut into runs from its start) that hold an
+    exp(x - max) below FLT_MIN, max along `axis` (before opset 13: over the 2-D rows the input is flattened into at
+    `axis`)."""
+    if np.size(x) == 0:
+        return 0.0
+    d, axis = _shifted(x, axis, opset)
+    below = np.moveaxis(d < LN_FLT_MIN, axis, -1)
+    below = np.pad(below, [(0, 0)] * (below.ndim - 1) + [(0, -below.shape[-1] % VECTOR)])
+    return float(below.reshape(*below.shape[:-1], -1, VECTOR).any(axis=-1).mean())
+
+
+def subnormal_out(x: np.ndarray, axis: int, opset: int) -> float:
+    """The share of Softmax(x)'s outputs (float32, as numpy computes them) that are subnormal."""
+    if np.size(x) == 0:
+        return 0.0
+    d, axis = _shifted(x, axis, opset)
+    with np.errstate(invalid="ignore", over="ignore", under="ignore", divide="ignore"):
+        e = np.exp(d)
+        y = e / e.sum(axis=axis, keepdims=True)
+    return float(np.mean((y > 0) & (y < FLT_MIN)))
+
+
+def subnormal_counts(model_path: str | Path, names=None) -> dict[str, tuple[int, int, int]]:
+    """{float weight: (subnormal values, nonzero values, values)} of the file's initializers (those in `names`,
+    all when None), one at a time through a memory map; a weight that has no subnormal value is left out."""
+    light = read_light(model_path)
+    out = {}
+    for t in light.model.graph.initializer:
+        if t.data_type not in TINY or (names is not None and t.name not in names):
+            continue
+        a = tensor_array(light, t)
+        if a is None or a.size == 0:
+            continue
+        a = np.abs(a)
+        n = int(np.count_nonzero((a > 0) & (a < TINY[t.data_type])))
+        if n:
+            out[t.name] = (n, int(np.count_nonzero(a)), int(a.size))
+    return out
+
+
+def subnormal(g, tensor_share: dict[str, float]) -> np.ndarray:
+    """Per node: the largest share of subnormal values among its inputs and outputs (`tensor_share`: the known
+    ones; NaN where one is unknown), carried through nodes that move values; 0 where none is known."""
+    share = dict(tensor_share)
+    out = np.zeros(len(g.nodes))
+    for p, ins in enumerate(g.node_inputs):
+        known = [share[t] for t in ins + g.node_outputs[p] if t in share]
+        if not known:
+            continue
+        out[p] = np.nan if np.isnan(known).any() else max(known)
+        if g.op_types[p] in MOVES_VALUES and g.node_outputs[p]:
+            share[g.node_outputs[p][0]] = out[p]
+    return out
+
+
+def measure(model_path: str | Path, g, feeds) -> tuple[dict[str, np.ndarray], str]:
+    """({"exp_underflow": per node of g, share_below() (NaN for nodes that are no Softmax / LogSoftmax and where
+    the run failed), "subnormal": per node, subnormal() of its weights and the Softmax outputs}, a note when the
+    run failed). One ONNX Runtime run, optimizations off (tensor names kept), with the Softmax inputs exposed as
+    outputs; no run when the graph has no such node. feeds: the inputs, or a function that makes them (called only
+    when there is a run)."""
     out = np.full(len(g.nodes), np.nan)
+    known = ({t: n / size for t, (n, _, size) in subnormal_counts(model_path, g.initializers).items()}
+             if g.initializers else {})
     pos = exp_nodes(g)
-    if not pos:
-        return out, ""
-    import onnxruntime as ort
+    values, note = _softmax_inputs(model_path, g, pos, feeds) if pos else ({}, "")
     opset = next((o.version for o in g.model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    default_axis = -1 if opset >= 13 else 1
+    for p in pos:
+        axis = next((int(a.i) for a in g.nodes[p].attribute if a.name == "axis"), default_axis)
+        x = values.get(g.nodes[p].input[0])
+        if x is not None:
+            out[p] = share_below(x, axis, opset)
+        if g.op_types[p] == "Softmax" and g.node_outputs[p]:
+            known[g.node_outputs[p][0]] = np.nan if x is None else subnormal_out(x, axis, opset)
+    return {"exp_underflow": out, "subnormal": subnormal(g, known)}, note
+
+
+def _softmax_inputs(model_path, g, pos: list[int], feeds) -> tuple[dict[str, np.ndarray], str]:
+    """({tensor: value} of the Softmax nodes' inputs, ""), or ({}, a note) when the run failed."""
+    import onnxruntime as ort
     want = list(dict.fromkeys(g.nodes[p].input[0] for p in pos))
     try:
         feeds = feeds() if callable(feeds) else feeds
@@ -72,16 +161,31 @@ def exp_underflow(model_path: str | Path, g, feeds) -> tuple[np.ndarray, str]:
         if run:
             values.update(zip(run, sess.run(run, {k: v for k, v in feeds.items() if k in names})))
     except Exception as e:  # noqa: BLE001 - the share is then unknown, said in one line
-        return out, f"Softmax inputs not measured ({type(e).__name__}: {' '.join(str(e).split())[:160]})"
-    default_axis = -1 if opset >= 13 else 1
-    for p in pos:
-        axis = next((int(a.i) for a in g.nodes[p].attribute if a.name == "axis"), default_axis)
-        out[p] = share_below(values[g.nodes[p].input[0]], axis, opset)
-    return out, ""
+        return {}, f"Softmax inputs not measured ({type(e).__name__}: {' '.join(str(e).split())[:160]})"
+    return values, ""
 
 
-def summary(shares: np.ndarray, note: str) -> dict:
-    """metrics_meta.json's exp_underflow: the Softmax nodes, the mean share of their outputs that underflow."""
+def summary(columns: dict[str, np.ndarray], note: str) -> dict:
+    """metrics_meta.json's exp_underflow (the Softmax nodes, the mean share of their 16-value runs holding an
+    underflow) and subnormal (the nodes that read or write subnormal values, the largest share) from measure()'s
+    columns."""
+    shares, sub = columns["exp_underflow"], np.nan_to_num(columns["subnormal"])
     known = shares[~np.isnan(shares)]
-    return {"nodes": int(known.size), "mean_share": round(float(known.mean()), 4) if known.size else None,
-            **({"note": note} if note else {})}
+    return {"exp_underflow": {"nodes": int(known.size),
+                              "mean_share": round(float(known.mean()), 4) if known.size else None,
+                              **({"note": note} if note else {})},
+            "subnormal": {"nodes": int(np.count_nonzero(sub > 0)), "max_share": round(float(sub.max(initial=0.0)), 4)}}
+
+
+def summary_lines(s: dict) -> list[str]:
+    """What stage 02 prints of summary()."""
+    uf, sub, out = s["exp_underflow"], s["subnormal"], []
+    if uf.get("note"):
+        out.append(f"note: {uf['note']}")
+    elif uf["nodes"]:
+        out.append(f"Softmax: {uf['nodes']} nodes, {100 * uf['mean_share']:.0f}% of their 16-value runs hold an "
+                   f"exponential that underflows float32 (ORT's exp is ~10x slower on them)")
+    if sub["nodes"]:
+        out.append(f"subnormal values: {sub['nodes']} nodes read or write them, up to {100 * sub['max_share']:.1f}% "
+                   f"of a tensor (arithmetic on one can take ~100x as long)")
+    return out
