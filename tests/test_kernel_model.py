@@ -139,6 +139,21 @@ def test_a_kernel_that_starts_with_shape_reads_the_shape_vector():
     assert row["act_in_bytes"] == 32 and row["act_out_bytes"] == 8 and row["bytes"] == 40 and row["node"] == "gather"
 
 
+def test_a_fused_kernel_takes_the_subnormal_share_of_its_anchor():
+    """A bias Add fused into a Conv adds a few hundred values: the kernel's share is its Conv's (PP-OCRv6's
+    Conv+Add with 62% of its bias subnormal ran at its normal speed), not the largest of its nodes."""
+    from lib.latency.kernels import group_row
+    m = {"node": np.array(["conv", "bias"], dtype=object), "op": np.array(["Conv", "Add"], dtype=object),
+         "flops": np.array([2e6, 1e3]), "macs": np.array([1e6, 0.0]), "weight_bytes": np.array([4e3, 4e2]),
+         "act_in": np.array([4e4, 4e4]), "act_out": np.array([4e4, 4e4]), "kbytes": np.array([8e4, 8e4]),
+         "compute_dtype": np.array(["float"] * 2, dtype=object), "dims": np.array(["1x8x8x8"] * 2, dtype=object),
+         "shape_op": np.zeros(2, bool), "axis_stride": np.ones(2), "exp_underflow": np.zeros(2),
+         "subnormal": np.array([0.0, 0.62])}
+    assert group_row([0, 1], "Conv", m)["subnormal"] == 0.0
+    m["subnormal"] = np.array([0.25, 0.62])
+    assert group_row([0, 1], "Conv", m)["subnormal"] == 0.25
+
+
 def test_a_constant_folded_into_a_kernel_reads_nothing(tmp_path):
     """Paddle's hard-swish writes x + 3 as a Constant node and an Add: ORT folds the Constant into the Add kernel,
     which still reads x and writes its sum: 2 x 8x24x96 x 4 bytes plus the 4-byte constant (it was charged the
@@ -574,36 +589,43 @@ def test_the_subnormal_share_by_hand(tmp_path):
     """A node's share of subnormal values read or written (lib/onnx/underflow.py): scores [0 -100 0 -100] plus 0
     give Softmax outputs [0.5 exp(-100)/2 ...]: exp(-100)/2 = 1.9e-44 is subnormal (float32's smallest normal
     value is 1.2e-38), half of them; a Transpose moves them to the MatMul that reads them (0.5); a Mul by a weight
-    with 1 of its 4 values 1e-40 reads 0.25; an Add of two normal tensors 0. Through stage 02 (ops_metrics.csv,
-    metrics_meta.json, its printed line) and the kernel table."""
+    with 1 of its 4 values 1e-40 reads 0.25; a conv's weight is counted per 16-value run along its output channels:
+    1 of 20 values subnormal, at channel 17, is in 1 of its 2 runs (0.5); an Add of two normal tensors 0. Through
+    stage 02 (ops_metrics.csv, metrics_meta.json, its printed line) and the kernel table."""
     from lib.latency.predict import optimized_graph
     from lib.onnx.underflow import measure
+    k = np.ones((20, 1, 1, 1), np.float32)
+    k[17] = 1e-40
     inits = [numpy_helper.from_array(np.array([0, -100, 0, -100], np.float32), "m"),
              numpy_helper.from_array(np.ones((2, 3), np.float32), "v"),
-             numpy_helper.from_array(np.array([1, 1e-40, 1, 1], np.float32), "w")]
+             numpy_helper.from_array(np.array([1, 1e-40, 1, 1], np.float32), "w"), numpy_helper.from_array(k, "k")]
     nodes = [helper.make_node("Add", ["x", "m"], ["s"], name="mask"),
              helper.make_node("Softmax", ["s"], ["p"], name="sm", axis=-1),
              helper.make_node("Transpose", ["p"], ["pt"], name="tr", perm=[1, 0]),
              helper.make_node("MatMul", ["pt", "v"], ["y"], name="mm"),
              helper.make_node("Mul", ["x", "w"], ["z"], name="mul"),
-             helper.make_node("Add", ["x", "x"], ["u"], name="plain")]
+             helper.make_node("Add", ["x", "x"], ["u"], name="plain"),
+             helper.make_node("Conv", ["c", "k"], ["o"], name="conv")]
     path = tmp_path / "sub.onnx"
-    make_model(nodes, [tensor("x", [2, 4])], [tensor("y", [4, 3]), tensor("z", [2, 4]), tensor("u", [2, 4])], inits,
+    make_model(nodes, [tensor("x", [2, 4]), tensor("c", [1, 1, 2, 2])],
+               [tensor("y", [4, 3]), tensor("z", [2, 4]), tensor("u", [2, 4]), tensor("o", [1, 20, 2, 2])], inits,
                path=path)
     g = graph_of(onnx.load(str(path)))
-    columns, note = measure(path, g, {"x": np.zeros((2, 4), np.float32)})
+    feeds = {"x": np.zeros((2, 4), np.float32), "c": np.ones((1, 1, 2, 2), np.float32)}
+    columns, note = measure(path, g, feeds)
     assert note == "" and dict(zip(g.names, columns["subnormal"])) == {
-        "mask": 0.0, "sm": 0.5, "tr": 0.5, "mm": 0.5, "mul": 0.25, "plain": 0.0}
-    np.savez(tmp_path / "x.npz", x=np.zeros((2, 4), np.float32))
+        "mask": 0.0, "sm": 0.5, "tr": 0.5, "mm": 0.5, "mul": 0.25, "plain": 0.0, "conv": 0.5}
+    np.savez(tmp_path / "x.npz", **feeds)
     r = run_stage("02_shapes_flops_bytes.py", "--model", path, "--inputs-npz", tmp_path / "x.npz",
                   "--results", tmp_path / "r")
     assert r.returncode == 0, r.stderr
-    assert "subnormal values: 4 nodes read or write them, up to 50.0% of a tensor" in r.stdout
+    assert "subnormal values: 5 nodes read or write them, up to 50.0% of a tensor" in r.stdout
     metrics = pd.read_csv(tmp_path / "r" / "ops_metrics.csv").set_index("node")
-    assert metrics.loc[["sm", "mm", "mul", "plain"], "subnormal"].tolist() == [0.5, 0.5, 0.25, 0.0]
-    assert json.loads((tmp_path / "r" / "metrics_meta.json").read_text())["subnormal"] == {"nodes": 4, "max_share": 0.5}
-    kt = kernel_table(g, metrics.reset_index(), optimized_graph(path)).set_index("node")
-    assert kt.loc["mm", "subnormal"] == 0.5 and kt.loc["plain", "subnormal"] == 0.0
+    assert metrics.loc[["sm", "mm", "mul", "plain", "conv"], "subnormal"].tolist() == [0.5, 0.5, 0.25, 0.0, 0.5]
+    assert json.loads((tmp_path / "r" / "metrics_meta.json").read_text())["subnormal"] == {"nodes": 5, "max_share": 0.5}
+    kt = kernel_table(g, metrics.reset_index(), optimized_graph(path))
+    kt = kt[~kt["layout"].astype(bool)].set_index("node")      # the conv's ReorderInput/Output move values: 0
+    assert kt.loc["mm", "subnormal"] == 0.5 and kt.loc["plain", "subnormal"] == 0.0 and kt.loc["conv", "subnormal"] == 0.5
 
 
 def test_02_goes_on_when_onnx_runtime_cannot_run_the_model(tmp_path):

@@ -359,14 +359,14 @@ def _attention_subnormal(b: Builder, p: str, shape, dv, share, scale=1.0):
     b.out(*b.node("MatMul", [attn[0], b.inp(f"{p}_v", [*shape[:-1], dv])], p))
 
 
-def _conv_subnormal(b: Builder, p: str, n, cin, cout, hw, k, share):
+def _conv_subnormal(b: Builder, p: str, n, cin, cout, hw, k, share, group=1):
     """A conv with `share` of its weights subnormal (+-1e-40, seeded): a trained model's weights decayed towards
     zero (ppocrv6_det_small's 1x1 convs, 24% and 63%)."""
-    w = b.rng.standard_normal((cout, cin, k, k)).astype(np.float32) / np.float32(math.sqrt(cin * k * k))
+    w = b.rng.standard_normal((cout, cin // group, k, k)).astype(np.float32) / np.float32(math.sqrt(cin // group * k * k))
     tiny = b.rng.random(w.shape) < share
     w[tiny] = np.copysign(np.float32(1e-40), w[tiny])
     ins = [b.inp(f"{p}_x", [n, cin, hw, hw]), b.w(f"{p}_w", w), b.wrand(f"{p}_b", [cout])]
-    b.out(*b.node("Conv", ins, p, pads=[k // 2] * 4, strides=[1, 1], kernel_shape=[k, k]))
+    b.out(*b.node("Conv", ins, p, pads=[k // 2] * 4, strides=[1, 1], kernel_shape=[k, k], group=group))
 
 
 def _reduce(b: Builder, p: str, op, shape, axis=-1):
@@ -725,12 +725,15 @@ ATTENTION_SUBNORMAL = [(T, ([64, 3, 49, 49], 32, 0.12, 0.1)), (T, ([16, 6, 49, 4
                        (T, ([1, 8, 256, 256], 32, 0.1, 0.1)), (T, ([32, 4, 49, 49], 64, 0.4)),
                        (T, ([2, 6, 100, 100], 32, 0.25, 0.1)), (T, ([8, 3, 64, 64], 16, 0.01)),
                        (H, ([16, 6, 49, 49], 32, 0.1, 0.1)), (H, ([2, 8, 64, 64], 64, 0.35))]
-# (n, cin, cout, hw, k, share)
+# (n, cin, cout, hw, k, share[, group])
 CONV_SUBNORMAL = [(T, (1, 64, 64, 56, 1, 0.25)), (T, (1, 128, 128, 28, 3, 0.1)), (T, (1, 32, 64, 112, 1, 0.6)),
                   (T, (1, 256, 256, 14, 1, 0.05)), (T, (1, 16, 32, 80, 3, 0.4)), (T, (1, 32, 32, 28, 1, 0.02)),
                   (T, (1, 64, 128, 14, 1, 0.15)), (T, (1, 24, 24, 56, 3, 0.01)), (T, (1, 128, 64, 28, 1, 0.5)),
                   (T, (1, 48, 96, 20, 3, 0.3)), (T, (1, 96, 24, 40, 1, 0.08)), (T, (1, 512, 128, 7, 1, 0.2)),
-                  (H, (1, 96, 96, 56, 1, 0.3)), (H, (1, 64, 128, 40, 3, 0.15))]
+                  # depthwise (group = channels)
+                  (T, (1, 384, 384, 20, 3, 0.05, 384)), (T, (1, 64, 64, 56, 3, 0.3, 64)),
+                  (T, (1, 128, 128, 28, 3, 0.01, 128)), (T, (1, 32, 32, 112, 3, 0.6, 32)),
+                  (H, (1, 96, 96, 56, 1, 0.3)), (H, (1, 64, 128, 40, 3, 0.15)), (H, (1, 256, 256, 14, 3, 0.1, 256))]
 REDUCE = [(T, ("ReduceMean", [1, 128, 256])), (T, ("ReduceMean", [1, 197, 768])), (T, ("ReduceSum", [1, 64, 3136])),
           (T, ("ReduceMax", [1, 4, 128, 128])), (T, ("ReduceMean", [16, 128, 1024])),
           (H, ("ReduceMean", [1, 512, 784])), (H, ("ReduceSum", [4, 128, 256]))]
@@ -878,8 +881,8 @@ CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
     ("matmul", _attention_subnormal, _named(lambda sh, dv, share, scale=1.0: f"Softmax+MatMul {_dims(sh)} . V{dv} "
                                             f"behind a -100 mask ({share:.0%}: subnormal, scores x{scale:g})",
                                             ATTENTION_SUBNORMAL)),
-    ("conv", _conv_subnormal, _named(lambda n, ci, co, hw, k, share: f"Conv n{n} {ci}->{co} {hw}x{hw} k{k} with "
-                                     f"{share:.0%} subnormal weights", CONV_SUBNORMAL)),
+    ("conv", _conv_subnormal, _named(lambda n, ci, co, hw, k, share, g=1: f"Conv{f' g{g}' if g > 1 else ''} n{n} "
+                                     f"{ci}->{co} {hw}x{hw} k{k} with {share:.0%} subnormal weights", CONV_SUBNORMAL)),
     ("reduce", _reduce, _named(lambda op, sh: f"{op} {_dims(sh)}", REDUCE)),
     ("reduce", _reduce, _named(lambda op, sh, ax: f"{op} {_dims(sh)} axis {ax}", REDUCE_AXIS)),
     *[("shape" if fn is _shape_op else "data_movement", fn, [(s, label, tuple(args))])

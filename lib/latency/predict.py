@@ -252,6 +252,6 @@ def subnormal_fields(kernels: dict[str, float]) -> dict:
     return {"subnormal_weight_kernels": kernels,
             "subnormal_note": f"{len(top)} kernel{'s' if len(top) > 1 else ''} read subnormal (denormal) weights ("
             + ", ".join(f"{k} {100 * v:.0f}%" for k, v in top[:4]) + (", ..." if len(top) > 4 else "")
-            + "): on CPUs slow on them they can run many times their prediction (an Intel Xeon ran two such convs "
-            "of PP-OCRv6 at 80x and 190x their bound); ONNX Runtime's session option session.set_denormal_as_zero = "
-            "1 flushes them"}
+            + "): the prediction prices them as calibration's micro-benchmarks ran, and how they are laid out moves "
+            "it (an Intel Xeon ran two such convs of PP-OCRv6 at 80x and 190x their bound); ONNX Runtime's session "
+            "option session.set_denormal_as_zero = 1 flushes them"}
