@@ -36,6 +36,8 @@ class Op:
     #                                 control flow: f(node, g, bodies), bodies walked by lib/onnx/costs.py
     per_element: float | None = None    # FLOPs per output element, for ops costed that way (the FX side reads it)
     weight_input: int | None = None     # MAC ops: the operand whose element type the MACs are done in
+    weight_axis: Callable | None = None  # f(node) -> the axis of that operand a CPU kernel loads in vectors (a
+    #                                     conv's output channels, a MatMul's columns: lib/onnx/underflow.py)
     evaluate: Callable | None = None    # f(node, input values, input shape) -> output values (shapes.py's
     #                                     static value propagation; None: onnx's reference evaluator)
     made_elements: Callable | None = None   # f(input values) -> elements evaluate() would build (checked first)
@@ -80,8 +82,8 @@ def unknown_cost(node, g) -> None:
 
 
 def register(*keys: str, op_class, per_element: float | None = None, weight_input: int | None = None, **flags):
-    """Decorator: register a cost formula under one or more op keys; flags: FLAGS as keywords. An entry
-    registered for its flags alone (cost unknown_cost) may be given its formula later: its flags stay."""
+    """Decorator: register a cost formula under one or more op keys; flags: FLAGS (and weight_axis) as keywords.
+    An entry registered for its flags alone (cost unknown_cost) may be given its formula later: its flags stay."""
     def deco(cost):
         for k in keys:
             old = REGISTRY.get(k)
@@ -191,11 +193,12 @@ def _conv_at(w_idx: int):
     return lambda node, g: _macs(conv_macs(node, g, w_idx))
 
 
-register("Conv", "ConvInteger", "com.microsoft:FusedConv", op_class=_conv_class(1), weight_input=1)(_conv_at(1))
+register("Conv", "ConvInteger", "com.microsoft:FusedConv", op_class=_conv_class(1), weight_input=1,
+         weight_axis=lambda node: 0)(_conv_at(1))
 register("QLinearConv", op_class=_conv_class(3), weight_input=3)(_conv_at(3))
 
 
-@register("ConvTranspose", op_class=_conv_class(1), weight_input=1)
+@register("ConvTranspose", op_class=_conv_class(1), weight_input=1, weight_axis=lambda node: 1)
 def conv_transpose(node, g):
     """Every input element is multiplied with Cout/group * prod(kernel) weights."""
     x, w = _shape(g, node, 0), _shape(g, node, 1)
@@ -223,7 +226,8 @@ def _matmul_at(b_idx: int):
 
 
 register("MatMul", "MatMulInteger", "com.microsoft:FusedMatMul", "com.microsoft:DynamicQuantizeMatMul",
-         "com.microsoft:MatMulIntegerToFloat", op_class="matmul", weight_input=1)(_matmul_at(1))
+         "com.microsoft:MatMulIntegerToFloat", op_class="matmul", weight_input=1,
+         weight_axis=lambda node: -1)(_matmul_at(1))
 register("QLinearMatMul", op_class="matmul", weight_input=3)(_matmul_at(3))
 
 
@@ -238,7 +242,8 @@ def _gemm_at(b_idx: int):
     return cost
 
 
-register("Gemm", op_class="gemm", weight_input=1)(_gemm_at(1))
+register("Gemm", op_class="gemm", weight_input=1,
+         weight_axis=lambda node: 0 if _attr(node, "transB", 0) else -1)(_gemm_at(1))
 register("com.microsoft:QGemm", op_class="gemm", weight_input=3)(_gemm_at(3))
 
 

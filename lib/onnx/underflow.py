@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from lib.onnx.ops import names_with
+from lib.onnx.ops import lookup, names_with
 from lib.onnx.reader import read_light, tensor_array
 from lib.onnx.shapes import load_full
 
@@ -107,13 +107,10 @@ def subnormal_counts(model_path: str | Path, names=None) -> dict[str, tuple[int,
 
 
 def _weight_axis(node: onnx.NodeProto, index: int) -> int | None:
-    """The axis a MAC kernel loads a weight (input `index`) in vectors along: a conv's output channels, a MatMul's
-    or Gemm's columns; None (value by value) for the others."""
-    if index != 1:
-        return None
-    if node.op_type == "Gemm":
-        return 0 if any(a.name == "transB" and a.i for a in node.attribute) else -1
-    return {"Conv": 0, "ConvTranspose": 1, "MatMul": -1}.get(node.op_type)
+    """The axis a MAC kernel loads its weight (input `index`) in vectors along (the registry's weight_axis); None
+    (value by value) for other inputs and ops."""
+    op = lookup(node)
+    return op.weight_axis(node) if op is not None and op.weight_axis is not None and index == op.weight_input else None
 
 
 def weight_shares(model_path: str | Path, g) -> dict[str, float]:
