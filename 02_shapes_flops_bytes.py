@@ -8,8 +8,8 @@ from (shape_source: onnx, ort, values, executed; constant for nodes computed fro
 when a shape is missing). Also writes graph.onnx (the inferred graph, weights stripped) that 08 and 10 reuse,
 graph.npz (its structure as arrays) that 04, 05 and 07 reuse, and metrics_meta.json (totals, model identity
 and input spec). A graph with Softmax nodes is run once on its inputs: exp_underflow, the share of each one's
-outputs that underflow float32; subnormal, the share of subnormal values a node reads or writes (its weights, a
-Softmax's output) (lib/onnx/underflow.py; the kernel model's features).
+16-value runs holding an exponential that underflows float32; subnormal, the share of subnormal values a node reads
+or writes (its weights, a Softmax's output) (lib/onnx/underflow.py; the kernel model's features).
 """
 from lib import cli
 from lib.artifacts import versions, write_csv, write_json

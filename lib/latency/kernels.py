@@ -214,7 +214,8 @@ def _measured(df: pd.DataFrame, column: str, n: int) -> np.ndarray:
 
 
 def _exp_underflow(g, df: pd.DataFrame) -> np.ndarray:
-    """Per node: stage 02's share of a Softmax's outputs that underflow, 0 for the nodes that take no exponential."""
+    """Per node: stage 02's exp_underflow of a Softmax (its 16-value runs holding an underflow), 0 for the nodes that
+    take no exponential."""
     out = np.zeros(len(g.nodes))
     pos = exp_nodes(g)
     out[pos] = _measured(df, "exp_underflow", len(g.nodes))[pos]

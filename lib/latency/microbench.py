@@ -362,7 +362,8 @@ def _attention_subnormal(b: Builder, p: str, shape, dv, share, scale=1.0):
 def _conv_subnormal(b: Builder, p: str, n, cin, cout, hw, k, share, group=1):
     """A conv with `share` of its weights subnormal (+-1e-40, seeded): a trained model's weights decayed towards
     zero (ppocrv6_det_small's 1x1 convs, 24% and 63%)."""
-    w = b.rng.standard_normal((cout, cin // group, k, k)).astype(np.float32) / np.float32(math.sqrt(cin // group * k * k))
+    fan_in = cin // group * k * k
+    w = b.rng.standard_normal((cout, cin // group, k, k)).astype(np.float32) / np.float32(math.sqrt(fan_in))
     tiny = b.rng.random(w.shape) < share
     w[tiny] = np.copysign(np.float32(1e-40), w[tiny])
     ins = [b.inp(f"{p}_x", [n, cin, hw, hw]), b.w(f"{p}_w", w), b.wrand(f"{p}_b", [cout])]
@@ -715,7 +716,7 @@ SOFTMAX_MASKED = [(T, ([1, 4, 128, 128], "padding")), (T, ([8, 4, 128, 128], "pa
                   (H, ([4, 4, 128, 128], "padding")), (H, ([1, 6, 256, 256], "causal")),
                   (H, ([32, 4, 128, 128], "padding", 0.6))]
 # subnormal inputs (lib/onnx/underflow.py): swin's shifted-window MatMul (attn . V) ran 11x its unmasked twin with
-# 12% of attn subnormal; ppocrv6_det_small's 1x1 convs 80x-190x their bound. (shape, dv, share)
+# 12% of attn subnormal; ppocrv6_det_small's 1x1 convs 80x-190x their bound. (shape, dv, share[, scale])
 ATTENTION_SUBNORMAL = [(T, ([64, 3, 49, 49], 32, 0.12, 0.1)), (T, ([16, 6, 49, 49], 32, 0.23)),
                        (T, ([4, 12, 49, 49], 32, 0.43, 0.1)), (T, ([1, 4, 128, 128], 64, 0.05)),
                        (T, ([8, 4, 128, 128], 32, 0.3, 0.1)), (T, ([64, 3, 49, 49], 32, 0.02)),

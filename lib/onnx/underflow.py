@@ -13,12 +13,12 @@ takes it as a feature (lib/latency/kernel_model.py).
 
 subnormal: per node, the largest share of subnormal values among its float inputs and outputs whose values are
 known here: weights (read from the file; a MAC kernel's weight per VECTOR-wide run, weight_shares) and a Softmax's
-output (computed from the same run), carried through nodes that only move it (Transpose, Reshape, Dropout). Arithmetic on a subnormal can take a microcode assist: on an Intel
-Xeon a 64x3x49x49 . 64x3x49x16 MatMul ran 82 us on normal inputs and 1.2 ms with 10% of them subnormal, which swin's
-shifted-window attention reads (its mask adds -100: exp(-100) is subnormal; its 64x3x49x49 Softmax writes them,
-0.95 ms with 12% masked, 0.24 ms unmasked), and two 1x1 convs of ppocrv6_det_small with 24% and 63% of their
-weights subnormal ran 80x and 190x their bound. An AMD EPYC showed no such cost on the latter: the kernel model
-learns it per host from calibration's micro-benchmarks.
+output (computed from the same run), carried through nodes that only move it (Transpose, Reshape, Dropout).
+Arithmetic on a subnormal can take a microcode assist: on an Intel Xeon a 64x3x49x49 . 64x3x49x16 MatMul ran 82 us
+on normal inputs and 1.2 ms with 10% of them subnormal, which swin's shifted-window attention reads (its mask adds
+-100: exp(-100) is subnormal; its 64x3x49x49 Softmax writes them, 0.95 ms with 12% masked, 0.24 ms unmasked), and
+two 1x1 convs of ppocrv6_det_small with 24% and 63% of their weights subnormal ran 80x and 190x their bound. An AMD
+EPYC showed no such cost on the latter: the kernel model learns it per host from calibration's micro-benchmarks.
 """
 from __future__ import annotations
 
