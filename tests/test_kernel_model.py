@@ -628,6 +628,20 @@ def test_the_subnormal_share_by_hand(tmp_path):
     assert kt.loc["mm", "subnormal"] == 0.5 and kt.loc["plain", "subnormal"] == 0.0 and kt.loc["conv", "subnormal"] == 0.5
 
 
+def test_02_refuses_a_weight_whose_payload_is_short_before_reading_it(tmp_path):
+    """The subnormal share reads every float weight: one whose bytes do not fill its dims (16 subnormal values,
+    20 of 64 bytes) is refused first, exit 2, one line, nothing written."""
+    w = numpy_helper.from_array(np.full((4, 4), 1e-40, np.float32), "w")
+    w.raw_data = w.raw_data[:20]
+    make_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], [tensor("x", [2, 4])],
+               [tensor("y", [2, 4])], [w], path=tmp_path / "short.onnx")
+    r = run_stage("02_shapes_flops_bytes.py", "--model", tmp_path / "short.onnx", "--results", tmp_path / "r")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == ["error: initializer 'w' holds 20 bytes of data, its dims [4, 4] need 64: "
+                                             "the model file is corrupt"]
+    assert not (tmp_path / "r").exists()
+
+
 def test_02_goes_on_when_onnx_runtime_cannot_run_the_model(tmp_path):
     """A Softmax beside an op ONNX Runtime does not know: 02 writes its tables (the share empty) and says why in
     one line, exit 0; bad inputs are refused before any run (exit 2, one line, nothing written)."""

@@ -5,8 +5,8 @@ Per kernel (lib/latency/kernels.py's table): bounds() gives the cache-aware roof
 FLOPs at the compute dtype's peak, bytes through the memory levels, each serving at most its size). features() are
 what a kernel's time depends on: its op, the number of nodes fused into it, compute dtype, dims, FLOPs, bytes,
 weight bytes, arithmetic intensity, memory level, threads, the stride of the axis a Softmax or Reduce* works along,
-the share of a Softmax's outputs that underflow float32 and the share of subnormal values a kernel reads or
-writes (stage 02 measures both on the inputs: masks make ORT's exp ~10x slower; a multiply-add on a subnormal can
+the share of a Softmax's 16-value runs holding an exponential that underflows float32 and the share of subnormal
+values a kernel reads or writes (stage 02 measures both on the inputs: masks make ORT's exp ~10x slower; a multiply-add on a subnormal can
 take ~100x).
 A LightGBM regressor (gradient-boosted trees, as nn-Meter keeps per kernel type; categorical splits on op/dtype/
 memory level, so one model serves all types) learns
@@ -130,8 +130,8 @@ def features(kt: pd.DataFrame, host: dict, threads: int) -> tuple[pd.DataFrame, 
         "micro": kt["micro"].to_numpy(float),
         # a Softmax or Reduce* along a non-last axis reads strided (up to 30x the time of the last axis)
         "log_stride": np.log(np.maximum(kt["axis_stride"].to_numpy(float), 1.0)),
-        # the share of a Softmax's outputs whose exponential underflows (lib/onnx/underflow.py: ~10x per element;
-        # NaN, LightGBM's missing, where not measured) and of subnormal values it reads or writes
+        # the share of a Softmax's 16-value runs whose exponential underflows (lib/onnx/underflow.py: ~10x per
+        # vector; NaN, LightGBM's missing, where not measured) and of subnormal values it reads or writes
         "exp_underflow": kt["exp_underflow"].to_numpy(float), "subnormal": kt["subnormal"].to_numpy(float)})
     return f, b
 

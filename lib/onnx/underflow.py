@@ -88,22 +88,28 @@ def subnormal_out(x: np.ndarray, axis: int, opset: int) -> float:
     return float(np.mean((y > 0) & (y < FLT_MIN)))
 
 
-def subnormal_counts(model_path: str | Path, names=None) -> dict[str, tuple[int, int, int]]:
-    """{float weight: (subnormal values, nonzero values, values)} of the file's initializers (those in `names`,
-    all when None), one at a time through a memory map; a weight that has no subnormal value is left out."""
+def _subnormal_weights(model_path: str | Path, names):
+    """(name, |values| in its shape, mask of the subnormal ones) of each float initializer in `names` (all when
+    None) that holds any, read one at a time through a memory map; a payload that does not fill its shape is
+    skipped (ONNX Runtime refuses such a model)."""
     light = read_light(model_path)
-    out = {}
     for t in light.model.graph.initializer:
         if t.data_type not in TINY or (names is not None and t.name not in names):
             continue
         a = tensor_array(light, t)
-        if a is None or a.size == 0:
+        if a is None or a.size == 0 or a.size != int(np.prod(t.dims, dtype=np.int64)):
             continue
-        a = np.abs(a)
-        n = int(np.count_nonzero((a > 0) & (a < TINY[t.data_type])))
-        if n:
-            out[t.name] = (n, int(np.count_nonzero(a)), int(a.size))
-    return out
+        a = np.abs(a).reshape(tuple(t.dims))        # a payload read from the file is flat
+        sub = (a > 0) & (a < TINY[t.data_type])
+        if sub.any():
+            yield t.name, a, sub
+
+
+def subnormal_counts(model_path: str | Path, names=None) -> dict[str, tuple[int, int, int]]:
+    """{float weight: (subnormal values, nonzero values, values)} of the file's initializers (those in `names`,
+    all when None); a weight that has no subnormal value is left out."""
+    return {name: (int(sub.sum()), int(np.count_nonzero(a)), int(a.size))
+            for name, a, sub in _subnormal_weights(model_path, names)}
 
 
 def _weight_axis(node: onnx.NodeProto, index: int) -> int | None:
@@ -118,19 +124,15 @@ def weight_shares(model_path: str | Path, g) -> dict[str, float]:
     reader loads it in vectors (_weight_axis), else of its values. A conv's cost follows the runs: PP-OCRv6's 1x1
     convs with 24% and 63% of their weights subnormal, in 26% and 64% of the runs along output channels, ran
     0.34 and 0.81 ns per multiply-add; a micro-benchmark's with 25% at random, in all the runs, 1.4 ns."""
-    counts = subnormal_counts(model_path, g.initializers) if g.initializers else {}
+    if not g.initializers:
+        return {}
     axes: dict[str, int | None] = {}
     for node in g.nodes:
         for i, t in enumerate(node.input):
-            if t in counts:
+            if t in g.initializers:
                 axes.setdefault(t, _weight_axis(node, i))
-    light = read_light(model_path) if any(a is not None for a in axes.values()) else None
-    out = {t: n / size for t, (n, _, size) in counts.items()}
-    for t in (light.model.graph.initializer if light else []):
-        if axes.get(t.name) is not None:
-            a = np.abs(tensor_array(light, t)).reshape(tuple(t.dims))     # a payload read from the file is flat
-            out[t.name] = _run_share((a > 0) & (a < TINY[t.data_type]), axes[t.name])
-    return out
+    return {name: float(sub.mean()) if axes.get(name) is None else _run_share(sub, axes[name])
+            for name, _, sub in _subnormal_weights(model_path, g.initializers)}
 
 
 def subnormal(g, tensor_share: dict[str, float]) -> np.ndarray:
