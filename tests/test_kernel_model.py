@@ -712,3 +712,52 @@ def test_03_flags_kernels_that_read_subnormal_weights(tmp_path):
         pred = json.loads((rdir / "merge_meta.json").read_text())["prediction"]
         assert ("read subnormal (denormal) weights" in r.stdout) is flagged, name
         assert list(pred["subnormal_weight_kernels"].values()) == ([0.5] if flagged else []), name
+
+
+def test_an_fp16_softmax_runs_as_its_function_and_its_kernels_stay_on_it(tmp_path):
+    """ORT has no fp16 Softmax kernel on this CPU: it inlines the Softmax's function (ReduceMax, Sub, Exp, ReduceSum,
+    Div, unnamed nodes) between Casts. Its profiler names them <op>_<index in its graph>, the saved optimized graph
+    by position: they were taken for kernels the graph lacks and attributed to another node (bert_small_fp16's
+    four masked Exps, 185 us each, to its last LayerNormalization). Now the measured kernels are the prediction's,
+    all on the Softmax, in fp32, and the Exp carries the Softmax's underflow share (rows of 20, the mask at 17: 0.5)."""
+    from lib.latency.predict import optimized_graph
+    m = np.zeros(20, np.float16)
+    m[17] = np.finfo(np.float16).min
+    nodes = [helper.make_node("Add", ["x", "m"], ["s"], name="mask"),
+             helper.make_node("Softmax", ["s"], ["y"], name="masked", axis=-1)]
+    path = tmp_path / "sm16.onnx"
+    make_model(nodes, [tensor("x", [2, 3, 20], TensorProto.FLOAT16)], [tensor("y", [2, 3, 20], TensorProto.FLOAT16)],
+               [numpy_helper.from_array(m, "m")], path=path)
+    r = profile_record(path, "sm16", "fp16", load_host("configs/host.yaml"), runs=3, warmup=1)
+    kt = r["kernels"]
+    function = kt[kt["op"].isin(["ReduceMax", "Sub", "Exp", "ReduceSum", "Div"])]
+    assert sorted(function["op"]) == ["Div", "Exp", "ReduceMax", "ReduceSum", "Sub"]
+    assert (function["node"] == "masked").all() and (function["compute_dtype"] == "float").all()
+    assert function.set_index("op").loc["Exp", "exp_underflow"] == 0.5
+    assert function.set_index("op").loc["Exp", "dims"] == "2x3x20"
+    predicted = kernel_table(r["graph"], r["metrics"], optimized_graph(path))
+    assert sorted(predicted["kernel"]) == sorted(kt["kernel"])
+
+
+def test_inserted_and_fused_kernels_know_their_shape(tmp_path):
+    """ORT inlines HardSwish's function as two unnamed nodes, HardSigmoid and Mul: both map onto the HardSwish (they
+    were attributed to another node: the saved graph's unnamed nodes were looked up by an empty name). The Mul, a
+    second kernel on it, moves its own tensors where the original graph knows them: x (1x4x8x8, 1024 bytes) in, h
+    out. A fused GELU (Div+Erf+Add+Mul+Mul with folded constants) is anchored on its heaviest node, not on a
+    Constant: its dims are its output's."""
+    from lib.latency.predict import optimized_graph
+    c = {k: numpy_helper.from_array(np.array(v, np.float32), k) for k, v in (("r2", 1.4142135), ("one", 1.0),
+                                                                               ("half", 0.5))}
+    nodes = [helper.make_node("HardSwish", ["x"], ["h"], name="hs"),
+             helper.make_node("Div", ["v", "r2"], ["d"], name="div"), helper.make_node("Erf", ["d"], ["e"], name="erf"),
+             helper.make_node("Add", ["e", "one"], ["a"], name="add"),
+             helper.make_node("Mul", ["v", "a"], ["p"], name="mul"),
+             helper.make_node("Mul", ["p", "half"], ["g"], name="mul2")]
+    path = tmp_path / "ins.onnx"
+    make_model(nodes, [tensor("x", [1, 4, 8, 8]), tensor("v", [1, 8, 32])],
+               [tensor("h", [1, 4, 8, 8]), tensor("g", [1, 8, 32])], list(c.values()), path=path)
+    g = graph_of(onnx.load(str(path)))
+    kt = kernel_table(g, node_metrics(g), optimized_graph(path)).set_index("op")
+    assert kt.loc["HardSigmoid", "node"] == "hs" and kt.loc["HardSigmoid", "dims"] == "1x4x8x8"
+    assert kt.loc["Mul", "node"] == "hs" and kt.loc["Mul", "bytes"] == 2 * 1024 and kt.loc["Mul", "dims"] == "1x4x8x8"
+    assert kt.loc["Gelu", "dims"] == "1x8x32" and kt.loc["Gelu", "node"] == "erf"

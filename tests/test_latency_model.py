@@ -275,6 +275,24 @@ def test_a_ctc_head_runs_as_one_fused_matmul_with_its_weight():
     assert kt["macs"].iloc[0] == 16 * 512 * 2000 and kt["weight_bytes"].iloc[0] == 512 * 2000 * 4
 
 
+def test_fp16_micro_cases_run_what_an_fp16_model_runs():
+    """The fp16 family: the kernel types of an fp16 model (outside the fp16 training models, which held out by family
+    left them unseen). ORT on this CPU runs an fp16 LayerNormalization as one fp16 kernel, and an fp16 Exp in fp32
+    between the Casts it inserts: the Exp kernel's compute dtype is float, with 4-byte elements."""
+    from lib.host import load_host
+    from lib.latency import microbench as mb
+    from lib.latency.training import micro_records
+    host = load_host(REPO / "configs" / "host.yaml")
+    cases = {c.label: c for c in mb.cases() if c.family == "fp16"}
+    assert len(cases) == len(mb.FP16_OPS) * 5
+    ln, exp = (micro_records([cases[f"{op} fp16 1x128x256"]], host, runs=1, sessions=1)[0]["kernels"]
+               for op in ("LayerNormalization", "Exp"))
+    assert list(zip(ln["op"], ln["compute_dtype"])) == [("LayerNormalization", "float16")]
+    assert sorted(exp["op"]) == ["Cast", "Cast", "Exp"]
+    row = exp.set_index("op").loc["Exp"]
+    assert row["compute_dtype"] == "float" and row["bytes"] == 2 * 128 * 256 * 4
+
+
 def test_fused_from_ort_matches_stage_01_attribution(tmp_path):
     """Without profiling, the same fused/removed set stage 01 records after a profiled run."""
     from lib.latency.microbench import _graph_of_path

@@ -28,7 +28,8 @@ import onnx
 import pandas as pd
 
 from lib.analysis.roofline import kernel_node_bytes
-from lib.latency.profiling import LAYOUT_KERNELS, VIEW_KERNELS, attribute, is_mac_kernel, kernel_times
+from lib.latency.profiling import (LAYOUT_KERNELS, VIEW_KERNELS, attribute, is_mac_kernel, kernel_times,
+                                    name_unnamed_kernels)
 from lib.onnx.ops import REGISTRY, names_with
 from lib.onnx.underflow import exp_nodes
 
@@ -38,6 +39,8 @@ KERNEL_COLUMNS = ["kernel", "op", "pattern", "node", "nodes", "n_nodes", "flops"
                   "p90_us", "runs"]
 FP32_BYTES = ("weight_bytes", "act_in_bytes", "act_out_bytes", "bytes")    # an fp16 kernel run in fp32 moves twice
 READS_SHAPE = names_with("reads_shape")     # Shape, Size: read a tensor's shape, not its data
+# the kernels of an fp16 Softmax ORT inlines that take no exponential: its function's other nodes, the Cast before
+SOFTMAX_PARTS = {"ReduceMax", "Sub", "ReduceSum", "Div", "Cast"}
 __all__ = ["KERNEL_COLUMNS", "is_mac_kernel", "kernel_table", "group_row", "optimized_kernels", "trace_kernels"]
 
 
@@ -101,18 +104,23 @@ def executed_float_types(optimized: onnx.ModelProto | None) -> dict[str, str]:
             if n.input and types.get(n.input[0]) == "tensor(float)"}
 
 
-def _layout_tensor_bytes(g, optimized: onnx.ModelProto | None) -> dict[str, float]:
-    """{layout kernel: bytes of the tensor it reorders or copies}: its input's, else its output's, where the
-    original graph knows that tensor's size (ORT keeps the original names of the tensors it does not fuse)."""
+def _own_tensors(g, optimized: onnx.ModelProto | None) -> dict[str, tuple[str, float, float]]:
+    """{kernel of the optimized graph: (dims, bytes in, bytes out)} from the tensors of its node that the original
+    graph knows (ORT keeps the original names of the tensors it does not fuse): in, its inputs'; out, its first
+    output's, else its first input's (a layout Reorder or a copy writes the tensor it reads; an op ORT decomposed,
+    HardSwish as HardSigmoid and Mul, writes its input's shape). Kernels with none known are left out."""
     if optimized is None:
         return {}
     out = {}
     for k, n in zip(optimized_kernels(optimized)[0], optimized.graph.node):
-        if n.op_type in LAYOUT_KERNELS:
-            sizes = [g.tensors[t].nbytes for t in (*n.input[:1], *n.output[:1]) if t in g.tensors]
-            known = [s for s in sizes if s is not None]
-            if known:
-                out[k] = float(known[0])
+        ins = [g.tensors[t] for t in n.input if t in g.tensors and g.tensors[t].nbytes is not None]
+        o = g.tensors.get(n.output[0]) if n.output else None
+        o = o if o is not None and o.nbytes is not None else (ins[0] if ins else None)
+        if o is None:
+            continue
+        known = o.shape and all(isinstance(d, (int, np.integer)) for d in o.shape)
+        dims = "x".join(str(d) for d in o.shape) if known else ""
+        out[k] = (dims, float(sum(t.nbytes for t in ins) or o.nbytes), float(o.nbytes))
     return out
 
 
@@ -123,17 +131,19 @@ def _groups(att: dict, n_nodes: int) -> dict[int, list[int]]:
     return {a: sorted([a] + members.get(a, [])) for a in range(n_nodes)}
 
 
-def _anchor(group: list[int], op: str, ops: np.ndarray, macs: np.ndarray) -> int:
+def _anchor(group: list[int], op: str, ops: np.ndarray, macs: np.ndarray, flops: np.ndarray) -> int:
+    """The node whose op the kernel's op names, else the one doing the most work (MACs, then FLOPs), else the last
+    (whose tensor the kernel writes): a Gelu fused from Div+Erf+Add+Mul+Mul and a folded Constant was anchored on
+    the Constant, its dims unknown."""
     same = [p for p in group if ops[p] == op]
     if same:
         return same[0]
-    heavy = max(group, key=lambda p: (np.nan_to_num(macs[p]), -p))
-    return heavy if np.nan_to_num(macs[heavy]) > 0 else group[0]
+    return max(reversed(group), key=lambda p: (np.nan_to_num(macs[p]), np.nan_to_num(flops[p])))
 
 
 def group_row(group: list[int], op: str, m: dict) -> dict:
     """Costs of one kernel that runs the original nodes `group` (positions, topological order)."""
-    a = _anchor(group, op, m["op"], m["macs"])
+    a = _anchor(group, op, m["op"], m["macs"], m["flops"])
     # a Constant ORT folded into the kernel reads nothing at run time: the group's input is its first other node's
     # (Paddle's x + 3 as [Constant, Add] was charged its output only, half its traffic)
     first = next((p for p in group if not str(m["op"][p]).startswith("Constant")), group[0])
@@ -151,7 +161,8 @@ def group_row(group: list[int], op: str, m: dict) -> dict:
             "flops": float(np.nansum(m["flops"][group])), "macs": float(np.nansum(m["macs"][group])),
             "weight_bytes": w, "act_in_bytes": act_in, "act_out_bytes": act_out, "bytes": float(own),
             "compute_dtype": dt, "dims": m["dims"][a], "layout": False, "axis_stride": m["axis_stride"][a],
-            "exp_underflow": float(np.max(m["exp_underflow"][group])),
+            # the kernel that takes the exponentials: not the Cast or ReduceMax that runs first of a Softmax ORT inlines
+            "exp_underflow": 0.0 if op in SOFTMAX_PARTS else float(np.max(m["exp_underflow"][group])),
             # the anchor's: a bias Add fused into a Conv adds a few hundred values (PP-OCRv6's Conv+Add with 62% of
             # its bias subnormal ran at its normal speed, one with 24% of its conv weights subnormal 90x)
             "subnormal": float(m["subnormal"][a])}
@@ -248,7 +259,7 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
     """KERNEL_COLUMNS per kernel. `events`: ORT's profiler trace (times: median over the runs after `warmup`);
     None: the kernels of the optimized graph, without times."""
     if events is not None:
-        per_run, ops, shapes = trace_kernels(events, warmup)
+        per_run, ops, shapes = trace_kernels(name_unnamed_kernels(events, optimized), warmup)
         order = {n: i for i, n in enumerate(optimized_kernels(optimized)[0])} if optimized is not None else {}
         names = sorted({k for r in per_run for k in r}, key=lambda k: (order.get(k, len(order)), k))
     else:
@@ -259,23 +270,28 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
     runs_float = executed_float_types(optimized) if (m["compute_dtype"] == "float16").any() else {}
     groups = _groups(att, len(g.nodes))
     owner = _group_owners(names, ops, att["anchor"])
-    own_bytes = _layout_tensor_bytes(g, optimized)
+    own = _own_tensors(g, optimized)
     rows = []
     for k in names:
         a, op = att["anchor"].get(k), ops.get(k, "")
-        if a is None:
-            nb = own_bytes.get(k, 0.0)
+        if a is None:       # a kernel ORT inserted: its own tensors, where the original graph knows them
+            dims, nb_in, nb_out = own.get(k, ("", 0.0, 0.0))
+            nb_in, nb_out = (0.0, 0.0) if op in VIEW_KERNELS else (nb_in, nb_out)
             row = {"pattern": op, "node": "", "nodes": "", "n_nodes": 0, "flops": 0.0, "macs": 0.0, "weight_bytes": 0.0,
-                   "act_in_bytes": nb, "act_out_bytes": nb, "bytes": 2 * nb, "compute_dtype": "float", "dims": "",
-                   "layout": op in LAYOUT_KERNELS, "axis_stride": 1.0, "exp_underflow": 0.0, "subnormal": 0.0}
+                   "act_in_bytes": nb_in, "act_out_bytes": nb_out, "bytes": nb_in + nb_out, "compute_dtype": "float",
+                   "dims": dims, "layout": op in LAYOUT_KERNELS, "axis_stride": 1.0, "exp_underflow": 0.0,
+                   "subnormal": 0.0}
         elif owner.get(a) != k:    # a second kernel on a group: a view, a layout or a copy of its output
             # a view moves no data; a layout kernel its own tensor (of the group's input or output: which, only
             # its node says); else the group's output
-            nb = 0.0 if op in VIEW_KERNELS else own_bytes.get(k, float(np.nan_to_num(m["act_out"][a])))
+            nb = float(np.nan_to_num(m["act_out"][a]))
+            nb_in, nb_out = (0.0, 0.0) if op in VIEW_KERNELS else own.get(k, ("", nb, nb))[1:]
             row = {"pattern": op, "node": m["node"][a], "nodes": "", "n_nodes": 0, "flops": 0.0, "macs": 0.0,
-                   "weight_bytes": 0.0, "act_in_bytes": nb, "act_out_bytes": nb, "bytes": 2 * nb,
+                   "weight_bytes": 0.0, "act_in_bytes": nb_in, "act_out_bytes": nb_out, "bytes": nb_in + nb_out,
                    "compute_dtype": m["compute_dtype"][a], "dims": m["dims"][a], "layout": True, "axis_stride": 1.0,
-                   "exp_underflow": 0.0, "subnormal": 0.0}
+                   # the Exp of a Softmax ORT runs as its function's nodes (fp16) takes the exponentials
+                   "exp_underflow": float(np.max(m["exp_underflow"][groups[a]])) if op == "Exp" else 0.0,
+                   "subnormal": 0.0}
         else:
             row = group_row(groups[a], op, m)
         if row["compute_dtype"] == "float16" and k in runs_float:      # what ORT runs (module docstring)

@@ -36,13 +36,14 @@ import onnx
 import pandas as pd
 from onnx import TensorProto, helper, numpy_helper
 
-from lib.latency.profiling import LAYOUT_KERNELS, _session, kernel_times, latency_table
+from lib.latency.profiling import LAYOUT_KERNELS, _session, kernel_times, latency_table, name_unnamed_kernels
 from lib.onnx.inputs import resolve_input_shapes
 from lib.onnx.loading import graph_of, graph_of_path, prepare, spec_from
 from lib.onnx.metrics import node_metrics
 from lib.progress import Progress
 
-NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.uint8): TensorProto.UINT8,
+NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
+              np.dtype(np.uint8): TensorProto.UINT8,
               np.dtype(np.int8): TensorProto.INT8, np.dtype(np.int32): TensorProto.INT32,
               np.dtype(np.int64): TensorProto.INT64, np.dtype(np.bool_): TensorProto.BOOL}
 
@@ -115,8 +116,8 @@ class Builder:
         dtype = np.dtype(dtype)
         if not self.fill:
             arr = np.zeros(shape, dtype)
-        elif dtype == np.float32:
-            arr = self.rng.standard_normal(shape, dtype=np.float32)
+        elif dtype.kind == "f":
+            arr = self.rng.standard_normal(shape, dtype=np.float32).astype(dtype)
         elif dtype == np.bool_:
             arr = self.rng.integers(0, 2, shape).astype(bool)
         else:
@@ -135,8 +136,8 @@ class Builder:
         dtype = np.dtype(dtype)
         if not self.fill:
             arr = np.zeros(shape, dtype)
-        elif dtype == np.float32:
-            arr = self.rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)
+        elif dtype.kind == "f":
+            arr = (self.rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype(dtype)
         elif dtype == np.int8:
             arr = self.rng.integers(-64, 64, shape).astype(np.int8)
         elif dtype == np.uint8:
@@ -331,17 +332,18 @@ def _softmax(b: Builder, p: str, shape, axis=-1):
     b.out(*b.node("Softmax", [b.inp(f"{p}_x", shape)], p, axis=axis))
 
 
-def _softmax_masked(b: Builder, p: str, shape, mask: str, share: float = 0.5):
-    """Attention scores plus a mask of float32's minimum, then Softmax: 'padding' masks `share` of the key
+def _softmax_masked(b: Builder, p: str, shape, mask: str, share: float = 0.5, dtype=np.float32):
+    """Attention scores plus a mask of the dtype's minimum, then Softmax: 'padding' masks `share` of the key
     positions (seeded, the same for every row), 'causal' the upper triangle. The masked outputs' exponentials
-    underflow: ORT takes ~10x as long on them (lib/onnx/underflow.py)."""
+    underflow: ORT takes ~10x as long on them (lib/onnx/underflow.py). In fp16, ORT runs the Softmax's function
+    in fp32 (ReduceMax, Sub, Exp, ReduceSum, Div): the Exp kernel carries the share."""
     s_q, s_k = shape[-2:]
     if mask == "causal":
         hide = np.triu(np.ones((s_q, s_k), bool), 1)
     else:
         hide = np.broadcast_to(b.rng.random(s_k) < share, (s_q, s_k))
-    m = np.where(hide, np.finfo(np.float32).min, 0.0).astype(np.float32)
-    scores = b.node("Add", [b.inp(f"{p}_x", shape), b.w(f"{p}_m", m)], f"{p}_mask")
+    m = np.where(hide, np.finfo(dtype).min, 0.0).astype(dtype)
+    scores = b.node("Add", [b.inp(f"{p}_x", shape, dtype), b.w(f"{p}_m", m)], f"{p}_mask")
     b.out(*b.node("Softmax", scores, p, axis=-1))
 
 
@@ -453,6 +455,30 @@ def _qdq(b: Builder, p: str, op, shape):
     else:
         x = b.inp(f"{p}_x", shape, np.uint8, high=255)
         b.out(*b.node(op, [x, b.w(f"{p}_s", np.array(0.05, np.float32)), b.w(f"{p}_z", np.array(128, np.uint8))], p))
+
+
+def _fp16(b: Builder, p: str, op, shape):
+    """An fp16 model's op on fp16 tensors: ORT's CPU kernels for some (Exp, LayerNormalization...) compute in fp16
+    element by element (bert_small_fp16's Exp ran 13x the time of the fp32 one), others run in fp32 between Casts
+    that ORT inserts."""
+    f16 = np.float16
+    x = b.inp(f"{p}_x", shape, f16)
+    ins, attrs = [x], {}
+    if op in ("Add", "Mul", "Sub"):
+        ins.append(b.inp(f"{p}_z", shape, f16))
+    elif op == "Div":                       # the attention scale
+        ins.append(b.w(f"{p}_z", np.array(8.0, f16)))
+    elif op == "LayerNormalization":
+        ins += [b.wrand(f"{p}_s", [shape[-1]], f16), b.wrand(f"{p}_c", [shape[-1]], f16)]
+    elif op == "ReduceSum":
+        ins.append(b.w(f"{p}_ax", np.array([-1], np.int64)))
+    elif op == "Transpose":
+        attrs["perm"] = [0, 2, 1] if len(shape) == 3 else [0, 2, 1, 3]
+    elif op == "Cast":
+        attrs["to"] = TensorProto.FLOAT
+    elif op == "Where":                     # a mask's fill value
+        ins = [b.inp(f"{p}_c", shape, np.bool_), x, b.w(f"{p}_v", np.array(-1e4, f16))]
+    b.out(*b.node(op, ins, p, **attrs))
 
 
 # quantize_dynamic's weight type: ORT runs u8 x s8 and u8 x u8 as different kernels (a ConvInteger 64->64 56x56
@@ -654,6 +680,11 @@ ELEMENTWISE_SCALAR = _split(
      ("Add", [1, 480, 7, 7], [1], True), ("Mul", [1, 16, 160, 160], [1], True), ("Add", [1, 128, 20, 80], [1], True),
      ("Sub", [1, 64, 48, 48], [1], True), ("Add", [1, 32, 200, 200], [1], True)],
     [("Add", [1, 256, 14, 40], [1], True), ("Mul", [1, 64, 80, 80], [1], True)])
+# fp16 models' ops on fp16 tensors: every op on every size
+FP16_OPS = ("Exp", "Add", "Mul", "Sub", "Div", "Erf", "Tanh", "Sqrt", "Softmax", "LayerNormalization", "ReduceSum",
+            "Transpose", "Cast", "Where")
+FP16_T = [[1, 128, 256], [1, 4, 128, 128], [1, 197, 768], [16, 128, 256]]
+FP16_H = [[1, 64, 512]]
 # activations: every op on every size
 ACTIVATION_OPS = ("Relu", "Sigmoid", "Erf", "Gelu", "HardSwish", "Clip", "Tanh", "LeakyRelu")
 ACTIVATION_T = [[1, 16, 16, 16], [1, 64, 56, 56], [1, 32, 112, 112], [1, 128, 3072], [1, 256, 56, 56],
@@ -714,7 +745,13 @@ SOFTMAX_MASKED = [(T, ([1, 4, 128, 128], "padding")), (T, ([8, 4, 128, 128], "pa
                   (T, ([64, 3, 49, 49], "padding", 0.2)), (T, ([1, 12, 197, 197], "causal")),
                   (T, ([4, 4, 64, 64], "padding", 0.8)), (T, ([2, 8, 256, 256], "padding", 0.3)),
                   (H, ([4, 4, 128, 128], "padding")), (H, ([1, 6, 256, 256], "causal")),
-                  (H, ([32, 4, 128, 128], "padding", 0.6))]
+                  (H, ([32, 4, 128, 128], "padding", 0.6)),
+                  # an fp16 BERT's: its four masked Exps ran 185 us each, predicted 14 us from unmasked kernels
+                  (T, ([1, 4, 128, 128], "padding", 0.5, np.float16)),
+                  (T, ([8, 4, 128, 128], "padding", 0.3, np.float16)),
+                  (T, ([1, 4, 128, 128], "causal", 0.5, np.float16)),
+                  (T, ([64, 3, 49, 49], "padding", 0.2, np.float16)),
+                  (H, ([4, 4, 128, 128], "padding", 0.5, np.float16))]
 # subnormal inputs (lib/onnx/underflow.py): swin's shifted-window MatMul (attn . V) ran 11x its unmasked twin with
 # 12% of attn subnormal; ppocrv6_det_small's 1x1 convs 80x-190x their bound. (shape, dv, share[, scale])
 ATTENTION_SUBNORMAL = [(T, ([64, 3, 49, 49], 32, 0.12, 0.1)), (T, ([16, 6, 49, 49], 32, 0.23)),
@@ -861,6 +898,8 @@ CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
     ("activation", _unary, _named(lambda op, sh: f"{op} {_dims(sh)}",
                                   [(s, (op, sh)) for op in ACTIVATION_OPS
                                    for s, sh in _split(ACTIVATION_T, ACTIVATION_H)])),
+    ("fp16", _fp16, _named(lambda op, sh: f"{op} fp16 {_dims(sh)}",
+                           [(s, (op, sh)) for op in FP16_OPS for s, sh in _split(FP16_T, FP16_H)])),
     ("activation", _gelu_erf, _named(lambda sh: f"GELU(erf) pattern {_dims(sh)}", [(s, (sh,)) for s, sh in GELU_ERF])),
     ("conv", _conv_block, _named(lambda n, ci, co, hw, k, s, act, res:
                                  f"Conv+{'Add+' if res else ''}{act} n{n} {ci}->{co} {hw}x{hw} k{k} s{s}", CONV_BLOCK)),
@@ -877,7 +916,8 @@ CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
     ("softmax", _softmax, _named(lambda sh: f"Softmax {_dims(sh)}", [(s, (sh,)) for s, sh in SOFTMAX])),
     ("softmax", _softmax, _named(lambda sh: f"Softmax {_dims(sh)}", [(s, (sh,)) for s, sh in SOFTMAX_LONG])),
     ("softmax", _softmax, _named(lambda sh, ax: f"Softmax {_dims(sh)} axis {ax}", SOFTMAX_AXIS)),
-    ("softmax", _softmax_masked, _named(lambda sh, mask, share=0.5: f"Softmax {_dims(sh)} behind a {mask} mask"
+    ("softmax", _softmax_masked, _named(lambda sh, mask, share=0.5, dt=np.float32:
+                                        f"Softmax{' fp16' * (dt == np.float16)} {_dims(sh)} behind a {mask} mask"
                                         f"{f' ({share:.0%})' if mask == 'padding' else ''}", SOFTMAX_MASKED)),
     ("matmul", _attention_subnormal, _named(lambda sh, dv, share, scale=1.0: f"Softmax+MatMul {_dims(sh)} . V{dv} "
                                             f"behind a -100 mask ({share:.0%}: subnormal, scores x{scale:g})",
@@ -977,8 +1017,9 @@ def profile_runs(model_path: str, feeds: dict, *, threads: int = 0, warmup: int 
         opt_path = os.path.join(tmp, "optimized.onnx")
         sess = _session(model_path, "cpu", threads, "all", os.path.join(tmp, "prof"), opt_path)
         wall, cpu = _timed_runs(sess, feeds, warmup, min_runs, max_runs, target_s)
-        events = json.loads(Path(sess.end_profiling()).read_text())
+        trace = Path(sess.end_profiling()).read_text()
         optimized = onnx.load(opt_path, load_external_data=False) if os.path.exists(opt_path) else None
+    events = name_unnamed_kernels(json.loads(trace), optimized)
     per_run, inside = kernel_times(events, warmup)
     kernels = [e for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")]
     return {"per_run": per_run, "wall_us": wall, "cpu_us": cpu, "optimized": optimized, "inside": inside,

@@ -16,7 +16,9 @@ optimized graph and map each optimized node onto original nodes:
    node doing the most work (MACs, then FLOPs; on a tie the node whose tensor it writes); the others are
    recorded as fused into it and get 0 us of their own;
 3. kernels with no original tensor (layout Reorder*, inserted casts/copies) take the anchor of a neighbour
-   they feed or are fed by;
+   they feed or are fed by; the nodes of a function ORT inlined (HardSwish, an fp16 Softmax: unnamed, their
+   tensors named _inlfunc_*) that of the one they feed, down to the node whose output the last one writes.
+   Unnamed nodes are named <op>_<position> in the saved graph and in the trace (name_unnamed_kernels);
 4. kernels ORT inserted or rewrote beyond that (transpose-optimizer `Reshape_token_*` nodes, a FusedConv of
    nodes it renamed first, a kernel the saved optimized graph does not hold) go to the original node whose
    tensor they serve, by the optimized graph's tensor names: a computing kernel to the first original node of
@@ -106,8 +108,8 @@ def profile_model(model_path: str, feeds: dict[str, np.ndarray], *, provider="cp
             if progress:
                 print(file=sys.stderr)
             prof_file = sess.end_profiling()
-        events = json.loads(Path(prof_file).read_text())
         optimized = onnx.load(opt_path, load_external_data=False) if os.path.exists(opt_path) else None
+        events = name_unnamed_kernels(json.loads(Path(prof_file).read_text()), optimized)
         if keep_dir is not None:
             _keep(Path(prof_file), Path(opt_path), Path(keep_dir))
     per_run, inside = kernel_times(events, warmup)
@@ -138,6 +140,54 @@ def profile_sessions(model_path: str, feeds: dict[str, np.ndarray], sessions: in
         out.append(profile_model(model_path, feeds, keep_dir=keep_dir if s == 0 else None, **kw))
         if between is not None:
             between()
+    return out
+
+
+KERNEL_EVENT = "_kernel_time"
+INLINED = "_inlfunc_"       # ORT's prefix for the tensors inside a function it inlined
+
+
+def name_nodes(optimized: onnx.ModelProto | None) -> onnx.ModelProto | None:
+    """The optimized graph with each unnamed node named <op>_<position in the file>, in place (idempotent): the
+    nodes of a function ORT inlines (HardSwish as HardSigmoid and Mul, an fp16 Softmax as ReduceMax, Sub, Exp,
+    ReduceSum, Div) have no name, and every mapping looks optimized nodes up by name."""
+    if optimized is not None:
+        for i, n in enumerate(optimized.graph.node):
+            if not n.name:
+                n.name = f"{n.op_type}_{i}"
+    return optimized
+
+
+def name_unnamed_kernels(events: list[dict], optimized: onnx.ModelProto | None) -> list[dict]:
+    """The events with each unnamed node's kernel renamed as name_nodes() names it.
+
+    ORT's profiler names a node without a name <op>_<its index in ORT's graph>, which the saved graph does not
+    keep: traced as Exp_262, listed as Exp_41, bert_small_fp16's inlined Softmax kernels were taken for kernels the
+    graph lacks and attributed to its last node. Per op, the trace's unknown <op>_<index> kernels are matched, in
+    index order, to the graph's unnamed nodes of that op, in graph order, when both count the same."""
+    if optimized is None:
+        return events
+    unnamed = defaultdict(list)
+    for i, n in enumerate(optimized.graph.node):
+        if not n.name or n.name == f"{n.op_type}_{i}":
+            unnamed[n.op_type].append(f"{n.op_type}_{i}")
+    name_nodes(optimized)
+    traced = {e["name"][: -len(KERNEL_EVENT)] for e in events
+              if e.get("cat") == "Node" and e.get("name", "").endswith(KERNEL_EVENT)}
+    listed = {n.name for n in optimized.graph.node}
+    rename = {}
+    for op, names in unnamed.items():
+        names = [k for k in names if k not in traced]
+        unknown = sorted((k for k in traced - listed if k.startswith(f"{op}_") and k[len(op) + 1:].isdigit()),
+                         key=lambda k: int(k[len(op) + 1:]))
+        if names and len(names) == len(unknown):
+            rename.update(zip(unknown, names))
+    if not rename:
+        return events
+    out = []
+    for e in events:
+        k = e.get("name", "")[: -len(KERNEL_EVENT)]
+        out.append({**e, "name": rename[k] + KERNEL_EVENT} if e.get("cat") == "Node" and k in rename else e)
     return out
 
 
@@ -347,7 +397,9 @@ class _Attribution:
 
     def neighbours(self, optimized: onnx.ModelProto) -> None:
         """Kernels with no original tensor of their own (layout Reorder*, copies): a neighbour's anchor,
-        producers first (a ReorderOutput converts what its producer computed), then consumers."""
+        producers first (a ReorderOutput converts what its producer computed), then consumers; only consumers for
+        a node of a function ORT inlined (an fp16 Softmax's ReduceMax, Sub, Exp, ReduceSum: the node whose output
+        its last one writes)."""
         prod = {o: n.name for n in optimized.graph.node for o in n.output}
         cons = defaultdict(list)
         for n in optimized.graph.node:
@@ -359,7 +411,9 @@ class _Attribution:
                 if self.anchor.get(k) is not None or k not in self.opt_nodes:
                     continue
                 n = self.opt_nodes[k]
-                near = [prod[i] for i in n.input if i in prod] + [c for o in n.output for c in cons.get(o, ())]
+                near = [c for o in n.output for c in cons.get(o, ())]
+                if not any(INLINED in o for o in n.output):
+                    near = [prod[i] for i in n.input if i in prod] + near
                 got = next((self.anchor[m] for m in near if self.anchor.get(m) is not None), None)
                 if got is not None:
                     self.anchor[k], changed = got, True
@@ -497,7 +551,7 @@ def attribute(g: Graph, optimized: onnx.ModelProto | None, kernel_names: list[st
     Returns {"anchor": {kernel: pos or None}, "fused_into": {pos: anchor pos}, "inserted": {kernels ORT
     inserted or rewrote}, "merged": {positions ORT's CSE removed}}.
     """
-    att = _Attribution(g, optimized, kernel_names)
+    att = _Attribution(g, name_nodes(optimized), kernel_names)
     att.computing()
     att.views()
     if optimized is not None:
