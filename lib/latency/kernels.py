@@ -39,8 +39,7 @@ KERNEL_COLUMNS = ["kernel", "op", "pattern", "node", "nodes", "n_nodes", "flops"
                   "p90_us", "runs"]
 FP32_BYTES = ("weight_bytes", "act_in_bytes", "act_out_bytes", "bytes")    # an fp16 kernel run in fp32 moves twice
 READS_SHAPE = names_with("reads_shape")     # Shape, Size: read a tensor's shape, not its data
-# the kernels of an fp16 Softmax ORT inlines that take no exponential: its function's other nodes, the Cast before
-SOFTMAX_PARTS = {"ReduceMax", "Sub", "ReduceSum", "Div", "Cast"}
+EXPONENTIAL = names_with("exponential")     # the kernels that carry their node's exp_underflow
 __all__ = ["KERNEL_COLUMNS", "is_mac_kernel", "kernel_table", "group_row", "optimized_kernels", "trace_kernels"]
 
 
@@ -162,7 +161,7 @@ def group_row(group: list[int], op: str, m: dict) -> dict:
             "weight_bytes": w, "act_in_bytes": act_in, "act_out_bytes": act_out, "bytes": float(own),
             "compute_dtype": dt, "dims": m["dims"][a], "layout": False, "axis_stride": m["axis_stride"][a],
             # the kernel that takes the exponentials: not the Cast or ReduceMax that runs first of a Softmax ORT inlines
-            "exp_underflow": 0.0 if op in SOFTMAX_PARTS else float(np.max(m["exp_underflow"][group])),
+            "exp_underflow": float(np.max(m["exp_underflow"][group])) if op in EXPONENTIAL else 0.0,
             # the anchor's: a bias Add fused into a Conv adds a few hundred values (PP-OCRv6's Conv+Add with 62% of
             # its bias subnormal ran at its normal speed, one with 24% of its conv weights subnormal 90x)
             "subnormal": float(m["subnormal"][a])}
@@ -290,7 +289,7 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
                    "weight_bytes": 0.0, "act_in_bytes": nb_in, "act_out_bytes": nb_out, "bytes": nb_in + nb_out,
                    "compute_dtype": m["compute_dtype"][a], "dims": m["dims"][a], "layout": True, "axis_stride": 1.0,
                    # the Exp of a Softmax ORT runs as its function's nodes (fp16) takes the exponentials
-                   "exp_underflow": float(np.max(m["exp_underflow"][groups[a]])) if op == "Exp" else 0.0,
+                   "exp_underflow": float(np.max(m["exp_underflow"][groups[a]])) if op in EXPONENTIAL else 0.0,
                    "subnormal": 0.0}
         else:
             row = group_row(groups[a], op, m)

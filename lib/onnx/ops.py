@@ -53,6 +53,7 @@ class Op:
     reduces: bool = False           # folds its input along axes (Reduce*, global pools)
     along_axis: bool = False        # works along the one axis its `axis` attribute names (Softmax, ArgMax)
     softmax_exp: bool = False       # takes exp(x - max) along its axis (Softmax, LogSoftmax)
+    exponential: bool = False       # its kernel computes exponentials (Exp, Softmax, LogSoftmax)
     typed_by_input: bool = False    # its output's element type is not the one it computes in: its input's is
     qdq_fused: bool = False         # DequantizeLinear -> op -> QuantizeLinear runs as one integer kernel in ORT
 
@@ -70,6 +71,8 @@ FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is ge
     "reduces": "folds its input along axes: the longest such sum bounds a split's exactness check",
     "along_axis": "works along the axis its attribute names: the kernel model's stride feature (with reduces)",
     "softmax_exp": "takes exp(x - max) along its axis: 02 measures the share that underflows (exp_underflow)",
+    "exponential": "its kernel computes exponentials: it carries its node's exp_underflow (the Exp of an fp16 "
+                   "Softmax ORT inlines, not its ReduceMax)",
     "typed_by_input": "computes in its input's element type, not its output's: the node's dtype column",
     "qdq_fused": "fed by DequantizeLinear of 8-bit tensors, ORT runs it as an integer kernel (QLinearConv ...)",
 }
@@ -405,6 +408,7 @@ flag("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "
 flag("EyeLike", dtype_attribute=True)
 flag("Softmax", "LogSoftmax", "ArgMax", "ArgMin", along_axis=True)
 flag("Softmax", "LogSoftmax", softmax_exp=True)
+flag("Softmax", "LogSoftmax", "Exp", exponential=True)
 
 
 # ---------------------------------------------------------------- value evaluators
