@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Would pinning the calling thread make a model measure the same twice? Stage 01's session latency (the median
 over sessions of each session's median run) of training models, measured in passes minutes apart, with the
-calling thread pinned to the first CPU it may use while timing and left to the OS (as stage 01 runs),
+calling thread pinned to the first CPU it may use while timing (lib/latency/profiling.py's calling_thread_pinned,
+as the micro-benchmarks run) and left to the OS (as stage 01 runs),
 interleaved (each model's sessions of both arms back to back, the order alternating per pass), so that the
 host's drift hits both arms.
 
@@ -15,7 +16,6 @@ on core 0. Pinning it did not make whole models measure steadier on a shared 2-c
 """
 import contextlib
 import itertools
-import os
 import sys
 
 import numpy as np
@@ -27,20 +27,9 @@ sys.path.insert(0, str(REPO))
 TRAIN = REPO / "models" / "train"
 
 
-@contextlib.contextmanager
-def pinned_calling_thread():
-    """The block with the calling thread on the first CPU it may use (Linux), then as before."""
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(before)})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
-
-
 def session_medians(path, feeds, pinned: bool, sessions: int) -> list[float]:
-    from lib.latency.profiling import profile_model
-    with pinned_calling_thread() if pinned else contextlib.nullcontext():
+    from lib.latency.profiling import calling_thread_pinned, profile_model
+    with calling_thread_pinned() if pinned else contextlib.nullcontext():
         return [float(np.median(profile_model(str(path), feeds, runs=10, warmup=3, progress=False)["wall_us"]))
                 for _ in range(sessions)]
 

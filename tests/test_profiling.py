@@ -161,3 +161,19 @@ def test_equal_constants_are_one_value_as_ort_shares_them(tmp_path, elements, co
     groups = [[g.names[p] for p in ps] for ps in identical_groups(g) if g.nodes[ps[0]].op_type == "Mul"]
     assert ort_muls == (1 if elements <= 8 else 2)
     assert groups == ([["m1", "m2"]] if ort_muls == 1 else [])
+
+
+def test_the_calling_thread_runs_on_the_first_cpu_while_pinned_and_is_released_after():
+    """ORT pins its intra-op workers and leaves the calling thread to the OS (lib/latency/profiling.py): while a
+    micro-benchmark runs the calling thread sits on the first CPU it may use; afterwards its affinity is as
+    before, also when the block raises."""
+    import os
+    from lib.latency.profiling import calling_thread_pinned
+    before = os.sched_getaffinity(0)
+    with calling_thread_pinned():
+        assert os.sched_getaffinity(0) == {min(before)}
+    assert os.sched_getaffinity(0) == before
+    with pytest.raises(RuntimeError):
+        with calling_thread_pinned():
+            raise RuntimeError("a run failed")
+    assert os.sched_getaffinity(0) == before

@@ -8,8 +8,9 @@ Reorder*, copies). Each kernel is mapped onto its *group* of original nodes by s
 traffic is what the fused kernel reads and writes (the first node's activations in, skipping a Constant it folded;
 the last node's out; the group's weights), its anchor is the node whose op the kernel's op names, else the
 MAC-heaviest, else the first.
-A second kernel on the same group (a layout Reorder, a copy) carries no FLOPs: it moves its own tensor twice (size
-from the original graph by name; the group's output where the name is not there).
+A second kernel on the same group (a layout Reorder, a copy, the Mul of an inlined HardSwish) carries no FLOPs: it
+moves its own tensors, in and out (sizes from the original graph by name; the group's output twice where the names
+are not there); so does a kernel ORT inserted with no group.
 
 Without a profile (prediction), the kernels are the nodes of ORT's optimized graph (it saves one at session
 creation): the same table without times, so that a model's prediction never uses its own measured kernels.

@@ -36,7 +36,8 @@ import onnx
 import pandas as pd
 from onnx import TensorProto, helper, numpy_helper
 
-from lib.latency.profiling import LAYOUT_KERNELS, _session, kernel_times, latency_table, name_unnamed_kernels
+from lib.latency.profiling import (LAYOUT_KERNELS, _session, calling_thread_pinned, kernel_times, latency_table,
+                                   name_unnamed_kernels)
 from lib.onnx.inputs import resolve_input_shapes
 from lib.onnx.loading import graph_of, graph_of_path, prepare, spec_from
 from lib.onnx.metrics import node_metrics
@@ -1016,7 +1017,8 @@ def profile_runs(model_path: str, feeds: dict, *, threads: int = 0, warmup: int 
     with tempfile.TemporaryDirectory(prefix="mbprof_") as tmp:
         opt_path = os.path.join(tmp, "optimized.onnx")
         sess = _session(model_path, "cpu", threads, "all", os.path.join(tmp, "prof"), opt_path)
-        wall, cpu = _timed_runs(sess, feeds, warmup, min_runs, max_runs, target_s)
+        with calling_thread_pinned():        # as the kernel model's micro-benchmarks (lib/latency/training.py)
+            wall, cpu = _timed_runs(sess, feeds, warmup, min_runs, max_runs, target_s)
         trace = Path(sess.end_profiling()).read_text()
         optimized = onnx.load(opt_path, load_external_data=False) if os.path.exists(opt_path) else None
     events = name_unnamed_kernels(json.loads(trace), optimized)

@@ -37,6 +37,7 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from collections import defaultdict
 from pathlib import Path
 
@@ -82,6 +83,30 @@ def _session(model_path: str, provider: str, threads: int, opt_level: str, profi
     except Exception as e:  # noqa: BLE001 - ORT raises its own Fail/InvalidGraph/NotImplemented types
         msg = " ".join(str(e).split())
         raise StageError(f"ONNX Runtime cannot load the model: {msg[:400]}") from None
+
+
+@contextmanager
+def calling_thread_pinned():
+    """The block with the calling thread on the first CPU it may use (Linux), then as before: for micro-benchmarks.
+
+    With its default thread count ORT pins its intra-op workers to the other cores and leaves the calling thread,
+    which runs its share of every parallel loop, to the OS. ORT's profiler (thread_scheduling_stats) showed a
+    micro-benchmark session with the calling thread on the worker's core run its lone QLinearConv 64->64 56x56 at
+    305 us in every run, the sessions with it on core 0 at 163 us (resnet18_qdq's same conv: 167-197 us in six
+    sessions); two such sessions of three made the case's record, and resnet18_qdq was predicted +75% held out.
+    A whole model is timed as the OS places it: pinning did not make models measure steadier
+    (bench/thread_pinning.py)."""
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    try:
+        if before:
+            os.sched_setaffinity(0, {min(before)})
+    except OSError:
+        before = None
+    try:
+        yield
+    finally:
+        if before:
+            os.sched_setaffinity(0, before)
 
 
 def profile_model(model_path: str, feeds: dict[str, np.ndarray], *, provider="cpu", runs=10, warmup=3,
@@ -169,7 +194,7 @@ def name_unnamed_kernels(events: list[dict], optimized: onnx.ModelProto | None) 
         return events
     unnamed = defaultdict(list)
     for i, n in enumerate(optimized.graph.node):
-        if not n.name or n.name == f"{n.op_type}_{i}":
+        if not n.name or n.name == f"{n.op_type}_{i}":      # or named so by an earlier call
             unnamed[n.op_type].append(f"{n.op_type}_{i}")
     name_nodes(optimized)
     traced = {e["name"][: -len(KERNEL_EVENT)] for e in events

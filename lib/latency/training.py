@@ -22,7 +22,7 @@ from lib.artifacts import CONFIGS
 from lib.errors import StageError
 from lib.latency.kernels import kernel_table
 from lib.latency.microbench import _build, _fix_inputs, _graph_and_feeds_of_path, _graph_of
-from lib.latency.profiling import latency_table, profile_model
+from lib.latency.profiling import calling_thread_pinned, latency_table, profile_model
 from lib.onnx.metrics import node_metrics
 from lib.onnx.underflow import measure
 
@@ -149,7 +149,9 @@ def micro_records(case_list, host: dict, *, runs: int = 8, threads: int = 0,
     Each case runs in `sessions` sessions, one after the other, merged as a model's rounds are (merge_rounds: each
     kernel's median): one session can run a memory-bound kernel about 3x slower in every one of its runs (a
     1x32x112x112 Mul took 110 us in all 20 runs of one session, 33-36 us in three others; 36% of the cases moved
-    more than 1.5x between three sessions), a mode that a single session samples at random."""
+    more than 1.5x between three sessions), a mode that a single session samples at random. The calling thread is
+    pinned while they run (lib.latency.profiling.calling_thread_pinned: on a worker's core it halved a lone
+    kernel's threads)."""
     out = []
     with tempfile.TemporaryDirectory(prefix="kmicro_") as tmp:
         for i, c in enumerate(case_list):
@@ -160,9 +162,10 @@ def micro_records(case_list, host: dict, *, runs: int = 8, threads: int = 0,
             try:
                 g = _graph_of(model)
                 metrics = costs(path, g, b.feeds)
-                recs = [profile_record(path, c.label, "micro", host, runs=runs, warmup=2, threads=threads,
-                                       graph=g, feeds=b.feeds, session=False, metrics=metrics)
-                        for _ in range(sessions)]
+                with calling_thread_pinned():
+                    recs = [profile_record(path, c.label, "micro", host, runs=runs, warmup=2, threads=threads,
+                                           graph=g, feeds=b.feeds, session=False, metrics=metrics)
+                            for _ in range(sessions)]
             except StageError:
                 continue
             rec = merge_rounds(recs)
