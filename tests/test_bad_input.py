@@ -195,6 +195,8 @@ def test_inputs_npz_entries_are_checked(tmp_path, good):
     ("bench/predict_unseen.py", ["--drift-models", "nope"], "not a training model: nope"),
     ("bench/qdq_weights.py", ["--rounds", "0"], "must be 1 or more"),
     ("bench/stage_startup.py", ["--repeats", "0"], "must be 1 or more"),
+    ("bench/thread_pinning.py", ["--models", "nope"], "no training model nope"),
+    ("bench/thread_pinning.py", ["--passes", "1"], "--passes must be at least 2"),
 ])
 def test_accuracy_benches_refuse_bad_input_in_one_line(script, args, needle):
     """issue 30's bench scripts (and stage_startup's): an unknown model or a count below 1 is one line and exit 2,

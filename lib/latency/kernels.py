@@ -30,7 +30,7 @@ import pandas as pd
 
 from lib.analysis.roofline import kernel_node_bytes
 from lib.latency.profiling import (LAYOUT_KERNELS, VIEW_KERNELS, attribute, is_mac_kernel, kernel_times,
-                                    name_unnamed_kernels)
+                                    name_nodes, name_unnamed_kernels)
 from lib.onnx.ops import REGISTRY, names_with
 from lib.onnx.underflow import exp_nodes
 
@@ -67,13 +67,9 @@ def trace_kernels(events: list[dict], warmup: int) -> tuple[list[dict[str, float
 
 
 def optimized_kernels(optimized: onnx.ModelProto) -> tuple[list[str], dict[str, str]]:
-    """Kernel names and ops of ORT's optimized graph (its profiler names unnamed nodes <op>_<index>)."""
-    names, ops = [], {}
-    for i, n in enumerate(optimized.graph.node):
-        name = n.name or f"{n.op_type}_{i}"
-        names.append(name)
-        ops[name] = n.op_type
-    return names, ops
+    """Kernel names and ops of ORT's optimized graph, unnamed nodes named as the trace is (profiling.name_nodes)."""
+    nodes = name_nodes(optimized).graph.node
+    return [n.name for n in nodes], {n.name: n.op_type for n in nodes}
 
 
 def executed_float_types(optimized: onnx.ModelProto | None) -> dict[str, str]:
@@ -112,7 +108,7 @@ def _own_tensors(g, optimized: onnx.ModelProto | None) -> dict[str, tuple[str, f
     if optimized is None:
         return {}
     out = {}
-    for k, n in zip(optimized_kernels(optimized)[0], optimized.graph.node):
+    for n in name_nodes(optimized).graph.node:
         ins = [g.tensors[t] for t in n.input if t in g.tensors and g.tensors[t].nbytes is not None]
         o = g.tensors.get(n.output[0]) if n.output else None
         o = o if o is not None and o.nbytes is not None else (ins[0] if ins else None)
@@ -120,7 +116,7 @@ def _own_tensors(g, optimized: onnx.ModelProto | None) -> dict[str, tuple[str, f
             continue
         known = o.shape and all(isinstance(d, (int, np.integer)) for d in o.shape)
         dims = "x".join(str(d) for d in o.shape) if known else ""
-        out[k] = (dims, float(sum(t.nbytes for t in ins) or o.nbytes), float(o.nbytes))
+        out[n.name] = (dims, float(sum(t.nbytes for t in ins) or o.nbytes), float(o.nbytes))
     return out
 
 

@@ -61,7 +61,7 @@ from lib.analysis.device_time import device_terms, with_overhead
 from lib.analysis.roofline import known_or_zero, node_bytes
 from lib.artifacts import REPO, atomic_path, load_yaml
 from lib.errors import StageError
-from lib.latency.profiling import _session, latency_table
+from lib.latency.profiling import _session, latency_table, name_nodes
 from lib.onnx.loading import graph_of_path
 from lib.onnx.ops import names_with
 
@@ -681,9 +681,7 @@ def ort_node_roles(model_path: str | Path, overrides: list[str] | None = None, w
             pass
         del sess
         optimized = onnx.load(opt_path, load_external_data=False)
-    names = []
-    for i, n in enumerate(optimized.graph.node):
-        names.append(n.name or f"{n.op_type}_{i}")   # ORT's profiler names unnamed nodes <op>_<index>
+    names = [n.name for n in name_nodes(optimized).graph.node]
     prof = {"per_run": [{k: 1.0 for k in names}], "optimized": optimized}
     df, _ = latency_table(g, prof)
     return df[["node", "op_type", "attribution", "fused_into"]]

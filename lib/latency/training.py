@@ -22,14 +22,14 @@ from lib.artifacts import CONFIGS
 from lib.errors import StageError
 from lib.latency.kernels import kernel_table
 from lib.latency.microbench import _build, _fix_inputs, _graph_and_feeds_of_path, _graph_of
-from lib.latency.profiling import calling_thread_pinned, latency_table, profile_model
+from lib.latency.profiling import calling_thread_pinned, latency_table, name_nodes, profile_model
 from lib.onnx.metrics import node_metrics
 from lib.onnx.underflow import measure
 
 
 def fusion_roles(g, optimized: onnx.ModelProto) -> pd.DataFrame:
     """Per original node: attribution and fused_into from ORT's optimized graph alone (no times)."""
-    names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(optimized.graph.node)]
+    names = [n.name for n in name_nodes(optimized).graph.node]
     df, _ = latency_table(g, {"per_run": [{k: 1.0 for k in names}], "optimized": optimized})
     return df[["node", "attribution", "fused_into"]]
 
