@@ -2,7 +2,7 @@
 """The unseen trained models of bench/predict_unseen.py as a user runs them: stages 02, 01 and 03, one measurement
 each, the prediction scored against 01's session latency (issue 30's check, after make calibrate).
 
-    .venv/bin/python bench/unseen_stages.py [--models NAME ...] [--sessions 3] [--passes 1] [--record]
+    .venv/bin/python bench/unseen_stages.py [--models NAME ...] [--sessions 5] [--passes 1] [--record]
 
 Per model: 01's measured session latency (its --sessions sessions of 10 runs), the kernel model's prediction at
 the calibration host's speed and at the speed of the host reference 01 measured after each session
@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.corpus import MANIFEST  # noqa: E402
 from lib.errors import StageError  # noqa: E402
+from lib.latency.profiling import SESSIONS  # noqa: E402
 from lib.latency.sweep import run_stages  # noqa: E402
 
 
@@ -43,7 +44,7 @@ def staged(e: dict, rdir: Path, sessions: int) -> dict:
 
 def main():
     p = parser(__doc__, models=DEFAULT, recorded=True)
-    p.add_argument("--sessions", type=int, default=3, help="01's --sessions (default %(default)s, its default)")
+    p.add_argument("--sessions", type=int, default=SESSIONS, help="01's --sessions (default %(default)s, its default)")
     p.add_argument("--passes", type=int, default=1, help="run every model this many times, one pass after the other")
     a = p.parse_args()
     if min(a.sessions, a.passes) < 1:
@@ -72,9 +73,13 @@ def main():
         out(f"pass {k + 1}, at the calibration host's speed: {summary(cal)}")
         out(f"pass {k + 1}, at the host speed 01 measured: {summary(np.array([pr['error'] for pr in run.values()]))}")
     if a.passes > 1:
-        moved = np.array([passes[-1][m]["measured_latency_us"] / first[m]["measured_latency_us"] - 1 for m in a.models])
-        out(f"measured, pass {a.passes} against pass 1: {np.mean(np.abs(moved) <= 0.10):.0%} within 10%, median "
-            f"|change| {100 * np.median(np.abs(moved)):.1f}%")
+        def moved(at):      # at(prediction): a measurement, how far it moved from pass 1 to the last pass
+            d = np.array([at(passes[-1][m]) / at(first[m]) - 1 for m in a.models])
+            return f"{np.mean(np.abs(d) <= 0.10):.0%} within 10%, median |change| {100 * np.median(np.abs(d)):.1f}%"
+        out(f"measured, pass {a.passes} against pass 1: {moved(lambda pr: pr['measured_latency_us'])}")
+        if all(pr.get("host_speed_factor") for run in passes for pr in run.values()):
+            out(f"measured / host factor (the host's drift taken out), pass {a.passes} against pass 1: "
+                f"{moved(lambda pr: pr['measured_latency_us'] / pr['host_speed_factor'])}")
     out.record("unseen_stages", a.record)
 
 

@@ -197,6 +197,9 @@ def test_inputs_npz_entries_are_checked(tmp_path, good):
     ("bench/stage_startup.py", ["--repeats", "0"], "must be 1 or more"),
     ("bench/thread_pinning.py", ["--models", "nope"], "no training model nope"),
     ("bench/thread_pinning.py", ["--passes", "1"], "--passes must be at least 2"),
+    ("bench/session_count.py", ["--models", "nope"], "manifest.json: nope"),
+    ("bench/session_count.py", ["--passes", "1"], "--passes 2 or more"),
+    ("bench/host_reference.py", ["--sessions", "0"], "--sessions and --passes must be 1 or more"),
 ])
 def test_accuracy_benches_refuse_bad_input_in_one_line(script, args, needle):
     """issue 30's bench scripts (and stage_startup's): an unknown model or a count below 1 is one line and exit 2,

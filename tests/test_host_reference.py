@@ -12,14 +12,20 @@ from lib.latency import host_reference
 from lib.latency.profiling import merge_sessions
 
 
-def test_the_reference_is_the_fastest_training_model_of_each_family(tmp_path):
-    recs = [{"model": "a1", "family": "A", "session_us": 900.0}, {"model": "a2", "family": "A", "session_us": 500.0},
-            {"model": "b1", "family": "B", "session_us": 700.0}, {"model": "c1", "family": "C", "session_us": 3000.0},
-            {"model": "d1", "family": "D", "session_us": 2000.0}, {"model": "e1", "family": "E", "session_us": 1000.0},
-            {"model": "micro", "family": "micro", "session_us": None}]
+def test_the_reference_is_the_median_model_of_the_conv_and_transformer_families(tmp_path):
+    def rec(model, family, ms):
+        return {"model": model, "family": family, "session_us": ms and ms * 1e3}
+    recs = [rec("r18", "cnn_standard", 12.0), rec("r34", "cnn_standard", 15.0), rec("gnet", "cnn_standard", 11.0),
+            rec("mbv2", "cnn_depthwise", 4.0), rec("mnas", "cnn_depthwise", 2.0), rec("bert", "hf_encoder", 7.0),
+            rec("gru", "recurrent", 0.4), rec("yolo", "detection", 1.1), rec("micro", "micro", None)]
     sec = host_reference.section(recs, 0, tmp_path)
-    assert [m["model"] for m in sec["models"]] == ["a2", "b1", "e1", "d1"]      # 4 families, fastest first
-    assert sec["models"][0] == {"model": "a2", "path": str((tmp_path / "a2.onnx").resolve()), "session_us": 500.0}
+    # the median of 3 (11, 12, 15 ms), the lower of 2 (2, 4 ms), the only one; no hf_decoder; never the fastest
+    assert [m["model"] for m in sec["models"]] == ["r18", "mnas", "bert"]
+    assert sec["models"][0] == {"model": "r18", "path": str((tmp_path / "r18.onnx").resolve()), "session_us": 12000.0}
+    # records of none of those families: the first 4 families by name
+    other = [rec("a1", "A", 1.0), rec("a2", "A", 3.0), rec("a3", "A", 2.0), rec("b1", "B", 5.0), rec("c1", "C", 1.0),
+             rec("d1", "D", 1.0), rec("e1", "E", 1.0)]
+    assert [m["model"] for m in host_reference.section(other, 0, tmp_path)["models"]] == ["a3", "b1", "c1", "d1"]
 
 
 def test_sessions_merge_to_each_nodes_median_and_the_widest_spread():
