@@ -25,7 +25,7 @@ from lib.latency.training import training_inputs
 # The float32 conv and transformer families, each by a model of its median size: the host's speed moves
 # differently for small and large models, and the fastest model of the 4 fastest families (gru2, keras_mbv2,
 # yolo_tiny, mnasnet0_5: 0.4-2.4 ms) told 14 other training models' speed within 10% no more often than no
-# reference at all, 16% fast (bench/host_reference.py).
+# reference at all, 12-16% fast (bench/host_reference.py).
 REFERENCE_FAMILIES = ("cnn_standard", "cnn_depthwise", "hf_encoder", "hf_decoder")
 
 

@@ -144,7 +144,8 @@ def profile_model(model_path: str, feeds: dict[str, np.ndarray], *, provider="cp
 
 
 # Stage 01's sessions: 5, because two passes of a model minutes apart, each divided by the host factor of its
-# sessions, agreed within 10% for 75% of pairs with 3 sessions and 86% with 5, 7 or 9 (bench/session_count.py).
+# sessions, agreed within 10% for 57-75% of pairs with 3 sessions and 73-86% with 5; 7 and 9 added nothing
+# (bench/session_count.py, two runs on a 2-core VM).
 SESSIONS = 5
 
 
