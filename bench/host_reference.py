@@ -41,6 +41,12 @@ def fastest_rule(calibrated: dict[str, tuple[str, float]], n: int = 4) -> list[s
     return list(picked.values())
 
 
+def speed(models: list[str], calibrated: dict[str, tuple[str, float]], rounds: list[dict[str, float]]) -> float:
+    """now / calibration of `models` over the rounds, as stage 01's host_reference.summary takes it (1: none)."""
+    ref = {"latency_model": "", "models": [{"model": m, "session_us": calibrated[m][1]} for m in models]}
+    return host_reference.summary(ref, rounds)["factor"] if models else 1.0
+
+
 def main():
     p = parser(__doc__, models=DEFAULT, recorded=True)
     p.add_argument("--sessions", type=int, default=3, help="sessions per target and pass (default %(default)s)")
@@ -66,10 +72,8 @@ def main():
     for i in range(a.passes):
         for m in a.models:
             got = [host_reference.measure(one, {k: ready[k] for k in [m, *refs]}) for _ in range(a.sessions)]
-            now = np.median([g[m] for g in got]) / calibrated[m][1]
-            factors = {c: float(np.median([np.median([g[r] for g in got]) / calibrated[r][1] for r in ms]))
-                       if ms else 1.0 for c, ms in candidates.items()}
-            rows.append({c: now / f - 1 for c, f in factors.items()})
+            now = speed([m], calibrated, got)
+            rows.append({c: now / speed(ms, calibrated, got) - 1 for c, ms in candidates.items()})
         print(f"  pass {i + 1}/{a.passes}, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     out = Printed()
     out(f"{len(a.models)} training models as targets, {a.passes} passes x {a.sessions} sessions, every candidate's "

