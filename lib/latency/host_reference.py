@@ -8,8 +8,9 @@ prediction by the median of their now / calibration ratios: the prediction for t
 other models are measured, never the user's (its own profile never enters its prediction).
 
 The reference: the median training model of each of REFERENCE_FAMILIES (resnet18, mobilenet_v2, bert_small and
-gpt2_s64: 32 ms of runs together on the Intel Xeon VM), written by make calibrate into the latency model file
-(kernel_model.host_reference) with the session latency it measured.
+gpt2_small or gpt2_s64, whichever ran faster in that calibration: 32-38 ms of runs together on the Intel Xeon VM),
+written by make calibrate into the latency model file (kernel_model.host_reference) with the session latency it
+measured.
 """
 from __future__ import annotations
 

@@ -24,7 +24,8 @@ import numpy as np
 from lib.onnx.export_models import calibrate_batchnorm, export_hf
 
 FAMILIES = {
-    "cnn_standard": ["resnet18", "googlenet", "densenet121_128", "resnet34_160", "resnet18_b4"],
+    "cnn_standard": ["resnet18", "googlenet", "densenet121_128", "resnet34_160", "resnet18_b4",
+                     "resnet18_b16"],
     "cnn_depthwise": ["mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "mnasnet0_5", "mobilenet_v2_b4",
                       "lcnet_decomposed"],
     "vit": ["vit_tiny", "vit_tiny_p32", "swin_tiny_small"],
