@@ -8,7 +8,8 @@ Each model of models/corpus/manifest.json (default: the trained models shipped i
 Model Zoo copies of the onnx wheel, plus a TorchScript swin_t; none of them is in the kernel model's training
 corpus) is profiled with stage 01's code on its manifest inputs, `--rounds` times in turn (medians kept), and
 predicted by the calibrated kernel model of configs/latency_model.yaml from ORT's optimized graph and stage 02's
-costs (never from its own kernel times), the baseline efficiency model beside it. Also counted: kernels measured
+costs (never from its own kernel times), the baseline efficiency model beside it; the session model alone (its
+between-kernel overhead on the kernel times measured) is scored too, the error it adds. Also counted: kernels measured
 faster than their roofline bound by more than the profiler's 1 us (the bound must hold), the five furthest below
 named; with --passes, how many are below it in both passes (below in one pass only: the host's faster minute;
 in both: a count of bytes or FLOPs to check). The training models of `--drift-models` (default: all of them)
@@ -81,12 +82,15 @@ def row(rec: dict, model: km.KernelModel, host: dict, path) -> dict:
     pred = prediction(rec, model, host)
     per = pred["per_kernel"]
     below = below_bound(rec["kernels"], per)
+    times = dict(zip(rec["kernels"]["kernel"], rec["kernels"]["t_us"].astype(float)))
     base = predict_profile(rec["profile"], baseline_host(host, LATENCY_MODEL), LATENCY_MODEL)[1]
     return {"model": rec["model"], "family": rec["family"], "measured_us": rec["session_us"],
             "predicted_us": pred["predicted_latency_us"], "lo_us": pred["interval_us"][0],
             "hi_us": pred["interval_us"][1], "baseline_us": base["predicted_latency_us"],
             "unseen": len(pred["unseen_kernel_types"]), "kernels": len(per), "below": below,
-            "below_bound": len(below), "subnormal": len(subnormal_weights(path, rec["graph"], per))}
+            "below_bound": len(below), "subnormal": len(subnormal_weights(path, rec["graph"], per)),
+            # the session model alone: its overhead on the kernel times measured
+            "overhead_only_us": model.session(per.assign(pred_us=per["kernel"].map(times)))["predicted_latency_us"]}
 
 
 def measured(ready: dict, host: dict, rounds: int, runs: int) -> dict[str, dict]:
@@ -164,6 +168,8 @@ def main():
     base = np.array([r["baseline_us"] / r["measured_us"] - 1 for r in rows])
     for name, e in (("kernel model", err), ("baseline", base)):
         out(f"{name}: {summary(e)}")
+    alone = np.array([r["overhead_only_us"] / r["measured_us"] - 1 for r in rows])
+    out(f"session overhead alone (on the kernel times measured): {summary(alone)}, median {100 * np.median(alone):+.1f}%")
     flagged = [r for r in rows if r["subnormal"]]
     if flagged:     # stage 03 warns on these: their prediction does not hold on a CPU slow on subnormals
         out("warned of kernels reading subnormal weights: " + ", ".join(

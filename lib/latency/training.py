@@ -2,8 +2,8 @@
 
 A record: {"model", "family", "kernels" (lib/latency/kernels.py's table with measured t_us), "session_us" (median
 session wall time, stage 01's session_latency; None for a micro-benchmark graph: its kernels train, its session
-is not a model's), "between_us" (the run's time outside its kernels, median over the runs), "profile" (an ops_profile-like node table for the baseline efficiency model, with ORT's fusions
-from its optimized graph, never from the measured kernel times)}.
+is not a model's), "profile" (an ops_profile-like node table for the baseline efficiency model, with ORT's
+fusions from its optimized graph, never from the measured kernel times)}.
 """
 from __future__ import annotations
 
@@ -68,16 +68,7 @@ def profile_record(path: str | Path, name: str, family: str, host: dict, *, runs
         node_profile[c] = node_profile["node"].map(roles[c]).fillna("").to_numpy(object)
     return {"model": name, "family": family, "kernels": kt, "profile": node_profile,
             "session_us": float(np.median(prof["wall_us"])) if session else None, "optimized": prof["optimized"],
-            "between_us": between_kernels_us(prof) if session else None,
             "graph": graph, "metrics": metrics}
-
-
-def between_kernels_us(prof: dict, q: float = 50.0) -> float:
-    """The time a run spends outside its kernels (session wall minus the kernels' sum), its median over the runs:
-    the session latency predicted is stage 01's median (on the shared VM the lower quartile left predictions
-    53% off on average, the median 42%: the time between kernels there is steady, not a rare spell)."""
-    gaps = [w - sum(r.values()) for w, r in zip(prof["wall_us"], prof["per_run"])]
-    return float(max(np.percentile(gaps, q), 0.0)) if gaps else 0.0
 
 
 def profile_models(models: list[tuple[str, str, Path]], host: dict, *, runs: int = 10, threads: int = 0,
@@ -123,8 +114,8 @@ def kernel_identity(kt: pd.DataFrame) -> pd.Series:
 
 
 def merge_rounds(recs: list[dict]) -> dict:
-    """One record from a model's rounds (sessions): each kernel's time (kernel_identity()), the session and the
-    time between kernels are the medians over the rounds; names and graphs are the first round's."""
+    """One record from a model's rounds (sessions): each kernel's time (kernel_identity()) and the session are
+    the medians over the rounds; names and graphs are the first round's."""
     if len(recs) == 1:
         return recs[0]
     kt = recs[0]["kernels"].copy()
@@ -133,10 +124,8 @@ def merge_rounds(recs: list[dict]) -> dict:
                       for r in recs])
     kt["t_us"] = np.nanmedian(times, axis=0)
 
-    def median(key):        # None: a micro-benchmark graph's, whose session is not a model's
-        v = [r[key] for r in recs]
-        return None if None in v else float(np.median(v))
-    return {**recs[0], "kernels": kt, "session_us": median("session_us"), "between_us": median("between_us")}
+    sessions = [r["session_us"] for r in recs]      # None: a micro-benchmark graph's, whose session is not a model's
+    return {**recs[0], "kernels": kt, "session_us": None if None in sessions else float(np.median(sessions))}
 
 
 MICRO_SESSIONS = 3

@@ -34,7 +34,7 @@ FAMILIES = {
     "quant_qdq": ["resnet18_qdq", "mobilenet_v2_qdq"],
     "quant_dynamic": ["bert_small_dyn", "gpt2_small_dyn", "resnet18_dynu8", "crnn_dyn"],
     "fp16": ["resnet18_fp16", "bert_small_fp16"],
-    "recurrent": ["lstm2", "gru2", "crnn"],
+    "recurrent": ["lstm2", "gru2", "crnn", "lstm_h512", "gru_h384"],
     "segmentation": ["lraspp_mbv3", "unet_small"],
     "detection": ["yolo_tiny"],
     "nhwc": ["keras_cnn", "keras_mbv2"],
@@ -118,10 +118,10 @@ def _recurrent(name: str):
     from torch import nn
 
     class Rnn(nn.Module):
-        def __init__(self, cell):
+        def __init__(self, cell, inp=64, hidden=128, layers=2, bidirectional=False):
             super().__init__()
-            self.rnn = cell(64, 128, num_layers=2, batch_first=True)
-            self.fc = nn.Linear(128, 32)
+            self.rnn = cell(inp, hidden, num_layers=layers, batch_first=True, bidirectional=bidirectional)
+            self.fc = nn.Linear(hidden * (1 + bidirectional), 32)
 
         def forward(self, x):
             return self.fc(self.rnn(x)[0])
@@ -138,8 +138,11 @@ def _recurrent(name: str):
             f = self.cnn(x)
             b, c, h, w = f.shape
             return self.fc(self.rnn(f.permute(0, 3, 1, 2).reshape(b, w, c * h))[0])
+    # wide ones: R past the L2 cache, read again at every step (an OCR model's bidirectional LSTM has hidden 512)
     return {"lstm2": (lambda: Rnn(nn.LSTM), (1, 50, 64)), "gru2": (lambda: Rnn(nn.GRU), (1, 50, 64)),
-            "crnn": (Crnn, (1, 1, 32, 128))}[name]
+            "crnn": (Crnn, (1, 1, 32, 128)),
+            "lstm_h512": (lambda: Rnn(nn.LSTM, 256, 512, 1, True), (1, 40, 256)),
+            "gru_h384": (lambda: Rnn(nn.GRU, 128, 384), (1, 24, 128))}[name]
 
 
 def _dense(name: str):
@@ -226,7 +229,7 @@ def _lcnet(name: str):
 
 
 # the models defined here (the others come from torchvision and transformers): name -> its (class, input shape)
-CUSTOM = {**dict.fromkeys(("lstm2", "gru2", "crnn"), _recurrent),
+CUSTOM = {**dict.fromkeys(("lstm2", "gru2", "crnn", "lstm_h512", "gru_h384"), _recurrent),
           **dict.fromkeys(("unet_small", "yolo_tiny", "keras_cnn", "keras_mbv2"), _dense), "lcnet_decomposed": _lcnet}
 
 
