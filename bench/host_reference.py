@@ -54,17 +54,20 @@ def main():
     a = p.parse_args()
     if min(a.sessions, a.passes) < 1:
         refuse("--sessions and --passes must be 1 or more")
+    held = load_yaml(LATENCY_MODEL, "latency model")["kernel_model"]["heldout"]["models"]
+    calibrated = {r["model"]: (r["family"], float(r["measured_us"])) for r in held}
+    unknown = [m for m in a.models if m not in calibrated]
+    if unknown:     # before any file is looked for: a misspelt name is told as such on a fresh clone too
+        refuse(f"not a training model measured by make calibrate: {', '.join(unknown)}")
     ref, why = host_reference.load(LATENCY_MODEL)
     if ref is None:
         refuse(why)
-    held = load_yaml(LATENCY_MODEL, "latency model")["kernel_model"]["heldout"]["models"]
-    calibrated = {r["model"]: (r["family"], float(r["measured_us"])) for r in held}
     candidates = {"configured": [m["model"] for m in ref["models"]], "fastest": fastest_rule(calibrated), "none": []}
     refs = sorted({m for ms in candidates.values() for m in ms})
-    bad = [m for m in a.models if m not in calibrated or m in refs or not (TRAIN_DIR / f"{m}.onnx").exists()]
+    bad = [m for m in a.models if m in refs or not (TRAIN_DIR / f"{m}.onnx").exists()]
     if bad:
-        refuse(f"not a training model measured by make calibrate, or one of the references {', '.join(refs)}: "
-               f"{', '.join(bad)}")
+        refuse(f"one of the references ({', '.join(refs)}) or not built in {TRAIN_DIR} (make calibrate builds "
+               f"them): {', '.join(bad)}")
     ready = {m: (TRAIN_DIR / f"{m}.onnx", training_inputs(TRAIN_DIR / f"{m}.onnx")[1]) for m in [*refs, *a.models]}
     one = {"threads": ref.get("threads", 0)}
     rows = []

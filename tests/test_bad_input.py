@@ -200,6 +200,7 @@ def test_inputs_npz_entries_are_checked(tmp_path, good):
     ("bench/session_count.py", ["--models", "nope"], "manifest.json: nope"),
     ("bench/session_count.py", ["--passes", "1"], "--passes 2 or more"),
     ("bench/host_reference.py", ["--sessions", "0"], "--sessions and --passes must be 1 or more"),
+    ("bench/host_reference.py", ["--models", "nope"], "not a training model measured by make calibrate"),
 ])
 def test_accuracy_benches_refuse_bad_input_in_one_line(script, args, needle):
     """issue 30's bench scripts (and stage_startup's): an unknown model or a count below 1 is one line and exit 2,
