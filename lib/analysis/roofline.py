@@ -76,23 +76,30 @@ def memory_time_us(nbytes, host: dict) -> np.ndarray:
     return np.where(np.isnan(nb), np.nan, (served / bw).sum(axis=1) * 1e6)
 
 
+def rnn_dims(op, out_dims) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, directions, hidden) of each RNN kernel or node (LSTM, GRU, RNN, DynamicQuantizeLSTM) from its first
+    output's dims text, Y = steps x directions x batch x hidden (layout 0: ORT's CPU kernels refuse layout 1);
+    0 for any other op and for unknown dims."""
+    name = pd.Series(op, dtype=str).str.split(":").str[-1].to_numpy(object)
+    out = np.zeros((len(name), 3))
+    for i in np.flatnonzero(np.isin(name, list(RECURRENT))):
+        d = str(out_dims[i]).split("x")
+        if len(d) == 4 and all(x.isdigit() for x in d):
+            out[i] = int(d[0]), int(d[1]), int(d[3])
+    return out[:, 0], out[:, 1], out[:, 2]
+
+
 def recurrent_reread_us(op, out_dims, host: dict) -> np.ndarray:
     """The least time an RNN kernel spends reading its recurrent weights R again, 0 for any other kernel. Each step
     multiplies the hidden state by R (gates x hidden x hidden values per direction) after the step before, so R is
     read (steps - 1) x directions more times than the weight bytes count it: each read at the best the memory
-    levels give R's size (memory_time_us). out_dims: the first output's dims text, Y = steps x directions x
-    batch x hidden (layout 0: ORT's CPU kernels refuse layout 1). ORT's bidirectional LSTM of 32 steps, hidden
-    512 (2 x 4 MB of R) measured 3.4 ms against a FLOP bound of 0.56 ms: it read R at 60-80 GB/s."""
-    name = pd.Series(op, dtype=str).str.split(":").str[-1].to_numpy(object)
-    out = np.zeros(len(name))
-    for i in np.flatnonzero(np.isin(name, list(RECURRENT))):
-        d = str(out_dims[i]).split("x")
-        if len(d) != 4 or not all(x.isdigit() for x in d):
-            continue
-        steps, dirs, _, hidden = map(int, d)
-        r_bytes = RECURRENT[name[i]][0] * hidden * hidden * (1 if name[i] == "DynamicQuantizeLSTM" else 4)   # int8 R
-        out[i] = max(steps - 1, 0) * dirs * memory_time_us([r_bytes], host)[0]
-    return out
+    levels give R's size (memory_time_us). ORT's bidirectional LSTM of 32 steps, hidden 512 (2 x 4 MB of R)
+    measured 3.4 ms against a FLOP bound of 0.56 ms: it read R at 60-80 GB/s."""
+    steps, dirs, hidden = rnn_dims(op, out_dims)
+    name = pd.Series(op, dtype=str).str.split(":").str[-1]
+    gates = name.map({k: v[0] for k, v in RECURRENT.items()}).fillna(0).to_numpy(float)
+    r_bytes = gates * hidden * hidden * np.where(name == "DynamicQuantizeLSTM", 1, 4)     # its R is int8
+    return np.maximum(steps - 1, 0) * dirs * memory_time_us(r_bytes, host)
 
 
 def bound_us(flops, nbytes, peak, host: dict, reread_us=0.0) -> tuple[np.ndarray, np.ndarray]:

@@ -37,11 +37,10 @@ import numpy as np
 import pandas as pd
 
 from lib import cli
-from lib.analysis.roofline import LEVELS, bound_us, recurrent_reread_us
+from lib.analysis.roofline import LEVELS, bound_us, recurrent_reread_us, rnn_dims
 from lib.artifacts import atomic_path, load_yaml
 from lib.errors import StageError
 from lib.host import per_dtype
-from lib.onnx.ops import REGISTRY
 
 # not the fused pattern: its strings are model-specific (Conv+Sigmoid, MatMul+Add+Mod+Add), an unseen one falls on an
 # arbitrary side of every categorical split (held out by family, such models were predicted tens of percent off)
@@ -50,9 +49,6 @@ NUMERIC = ["log_flops", "log_bytes", "log_weight", "log_numel", "log_ai", "log_b
            "d1", "d2", "d3", "d4", "layout", "threads", "level", "micro", "log_stride", "exp_underflow",
            "subnormal"]
 FLOOR_US = 1.0          # the profiler's resolution: the base of the target for kernels whose bound is below it
-# an RNN runs its steps one after another, each a few small GEMMs: its base is FLOOR_US per step, so the trees learn
-# its time per step (held out by family, a GRU was predicted 2.2x its time as a multiple of its FLOP bound)
-RECURRENT_OPS = {k.rpartition(":")[2] for k, op in REGISTRY.items() if op.op_class == "recurrent"}
 MIN_T_US = 0.5          # a kernel recorded as 0 us ran for under a microsecond
 PARAMS = {"objective": "regression", "learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 20,
           "feature_fraction": 0.9, "bagging_fraction": 0.9, "bagging_freq": 1, "lambda_l2": 1.0,
@@ -147,11 +143,12 @@ def _categorize(f: pd.DataFrame, categories: dict[str, list[str]]) -> pd.DataFra
 
 
 def sequential_steps(kt: pd.DataFrame) -> np.ndarray:
-    """Per kernel, the steps it runs one after another: an RNN's sequence length x directions (its output Y is
-    seq x directions x batch x hidden), 1 for any other kernel."""
-    d = np.array([_dims(x) for x in kt["dims"].fillna("")], dtype=float).reshape(len(kt), 5)
-    rnn = kt["op"].astype(str).isin(RECURRENT_OPS).to_numpy() & (d[:, 0] == 4)
-    return np.where(rnn, d[:, 1] * d[:, 2], 1.0)
+    """Per kernel, the steps it runs one after another: an RNN's sequence length x directions (rnn_dims), 1 for
+    any other kernel. An RNN runs its steps one after another, each a few small GEMMs: its base is FLOOR_US per
+    step, so the trees learn its time per step (held out by family, a GRU was predicted 2.2x its time as a multiple
+    of its FLOP bound)."""
+    steps, dirs, _ = rnn_dims(kt["op"].to_numpy(object), kt["dims"].fillna("").to_numpy(object))
+    return np.where(steps > 0, steps * dirs, 1.0)
 
 
 def target(t_us, bound, steps=1.0) -> np.ndarray:
