@@ -99,9 +99,8 @@ def at_host_speed(pred: dict, profile_meta: dict | None, latency_model_file) -> 
 
 def kernel_node_times(km: KernelModel, kt: pd.DataFrame, host: dict) -> dict[str, float]:
     """Per original node, the kernel model's time for the kernels it anchors (us), with what happens between
-    kernels ((1 + a) x the kernel + b per kernel; the session's constant c belongs to no node). A kernel ORT
-    inserted with no node of its own (a layout Reorder) counts with the next kernel that has one (the conv it
-    serves); trailing ones with the last."""
+    kernels ((1 + a) x the kernel + b per kernel). A kernel ORT inserted with no node of its own (a layout
+    Reorder) counts with the next kernel that has one (the conv it serves); trailing ones with the last."""
     o = km.overhead
     t = (1 + o["a"]) * km.predict_kernels(kt, host)["pred_us"].to_numpy(float) + o["b_us"]
     out: dict[str, float] = {}
