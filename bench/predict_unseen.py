@@ -82,7 +82,6 @@ def row(rec: dict, model: km.KernelModel, host: dict, path) -> dict:
     pred = prediction(rec, model, host)
     per = pred["per_kernel"]
     below = below_bound(rec["kernels"], per)
-    times = dict(zip(rec["kernels"]["kernel"], rec["kernels"]["t_us"].astype(float)))
     base = predict_profile(rec["profile"], baseline_host(host, LATENCY_MODEL), LATENCY_MODEL)[1]
     return {"model": rec["model"], "family": rec["family"], "measured_us": rec["session_us"],
             "predicted_us": pred["predicted_latency_us"], "lo_us": pred["interval_us"][0],
@@ -90,7 +89,7 @@ def row(rec: dict, model: km.KernelModel, host: dict, path) -> dict:
             "unseen": len(pred["unseen_kernel_types"]), "kernels": len(per), "below": below,
             "below_bound": len(below), "subnormal": len(subnormal_weights(path, rec["graph"], per)),
             # the session model alone: its overhead on the kernel times measured
-            "overhead_only_us": model.session(per.assign(pred_us=per["kernel"].map(times)))["predicted_latency_us"]}
+            "overhead_only_us": float(model.with_overhead(rec["kernels"]["t_us"].sum(), len(per)))}
 
 
 def measured(ready: dict, host: dict, rounds: int, runs: int) -> dict[str, dict]:

@@ -222,12 +222,17 @@ class KernelModel:
                              "hi_us": from_target(y + np.maximum(q[:, 1], 0.0), b, steps),
                              "seen": types.isin(self.seen).to_numpy()})
 
+    def with_overhead(self, kernel_us, n_kernels=1):
+        """Kernel time with what happens between kernels: (1 + a) x kernel_us + b x n_kernels (a session from its
+        kernels' sum and count; per kernel, n_kernels = 1, element-wise)."""
+        return (1 + self.overhead["a"]) * kernel_us + self.overhead["b_us"] * n_kernels
+
     def session(self, per_kernel: pd.DataFrame) -> dict:
         """The session's predicted latency and interval from predict_kernels()' table."""
-        o, n = self.overhead, len(per_kernel)
+        n = len(per_kernel)
 
         def total(s):
-            return float((1 + o["a"]) * s + o["b_us"] * n)
+            return float(self.with_overhead(s, n))
         unseen = sorted(set(per_kernel.loc[~per_kernel["seen"], "type"]))
         return {"predicted_latency_us": total(per_kernel["pred_us"].sum()),
                 "interval_us": [total(per_kernel["lo_us"].sum()), total(per_kernel["hi_us"].sum())],
@@ -300,13 +305,12 @@ def leave_one_family_out(records: list[dict], host: dict, threads: int = 0,
                 continue
             per = km.predict_kernels(r["kernels"], host)
             s = km.session(per)
-            measured = per.assign(pred_us=r["kernels"]["t_us"].fillna(0.0).to_numpy(float))
             rows.append({"model": r["model"], "family": fam, "measured_us": r["session_us"],
                          "predicted_us": s["predicted_latency_us"], "lo_us": s["interval_us"][0],
                          "hi_us": s["interval_us"][1], "unseen": len(s["unseen_kernel_types"]),
                          "measured_kernel_us": float(r["kernels"]["t_us"].sum()),
                          "predicted_kernel_us": float(per["pred_us"].sum()),
-                         "overhead_only_us": km.session(measured)["predicted_latency_us"]})
+                         "overhead_only_us": float(km.with_overhead(r["kernels"]["t_us"].sum(), len(per)))})
             t = r["kernels"]["t_us"].to_numpy(float)
             ok = ~np.isnan(t)
             resid.append(pd.DataFrame({"type": per["type"][ok], "family": fam, "model": r["model"],

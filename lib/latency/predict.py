@@ -101,8 +101,7 @@ def kernel_node_times(km: KernelModel, kt: pd.DataFrame, host: dict) -> dict[str
     """Per original node, the kernel model's time for the kernels it anchors (us), with what happens between
     kernels ((1 + a) x the kernel + b per kernel). A kernel ORT inserted with no node of its own (a layout
     Reorder) counts with the next kernel that has one (the conv it serves); trailing ones with the last."""
-    o = km.overhead
-    t = (1 + o["a"]) * km.predict_kernels(kt, host)["pred_us"].to_numpy(float) + o["b_us"]
+    t = km.with_overhead(km.predict_kernels(kt, host)["pred_us"].to_numpy(float))
     out: dict[str, float] = {}
     pending, last = 0.0, None
     for node, x in zip(kt["node"].fillna("").astype(str), t):
