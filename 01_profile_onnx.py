@@ -75,6 +75,7 @@ def main(argv=None):
                   "session_latency": percentiles([w for prof in profs for w in prof["wall_us"]]),
                   "session_medians_us": [percentiles(prof["wall_us"])["median_us"] for prof in profs],
                   "host_reference": host_reference.summary(ref, rounds, why),
+                  "cpu": host_reference.cpu_here(),
                   "random_nodes": random_nodes(an.light.model.graph),
                   **att, "versions": versions()}, an.identity)
     write_csv(df, a.rdir / "ops_latency.csv")

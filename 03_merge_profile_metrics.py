@@ -17,6 +17,7 @@ import numpy as np
 from lib import cli
 from lib.artifacts import CONFIGS, read_csv, versions, write_csv, write_json
 from lib.host import load_host
+from lib.latency import host_reference
 from lib.latency.predict import print_prediction, stage_prediction
 from lib.provenance import Results, stamp
 from lib.analysis.roofline import LATENCY_COLUMNS, contradictions, merge, roofline
@@ -71,9 +72,12 @@ def main(argv=None):
                a.rdir / "merge_meta.json")
     report(df, measured)
     if len(bad):
+        other = host_reference.other_cpu({"model": host.get("cpu_model"), "cores": host.get("cpu_cores"),
+                                          "caches_bytes": host.get("caches_bytes")}, str(a.host),
+                                         (metas.get("profile_meta.json") or {}).get("cpu"))
         print(f"warning: {len(bad)} nodes with a kernel of their own ran faster than their roofline bound by more than "
-              f"the profiler's 1 us (e.g. {bad['node'].iat[0]}): the host's peaks or bandwidths are under-measured "
-              f"(re-run make calibrate); merge_meta.json roofline_contradictions lists them")
+              f"the profiler's 1 us (e.g. {bad['node'].iat[0]}): " + (other or "the host's peaks or bandwidths are "
+              "under-measured (re-run make calibrate)") + "; merge_meta.json roofline_contradictions lists them")
     print_prediction(pred)
     print(f"wrote {a.rdir / 'ops_profile.csv'}")
 

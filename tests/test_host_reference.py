@@ -111,6 +111,57 @@ def test_03_does_not_scale_by_a_reference_of_another_calibration(referenced):
     assert "predicted at the calibration host's speed" in r.stdout
 
 
+def test_a_calibration_holds_for_its_cpu_and_says_so_on_another():
+    """The CPU make calibrate measured against the one that ran the model: model name, cores and cache sizes."""
+    cal = {"model": "AMD EPYC", "cores": 2, "caches_bytes": {"L1": 32768, "L2": 524288, "L3": 33554432}}
+    assert host_reference.other_cpu(cal, "lm.yaml", dict(cal)) == ""
+    assert host_reference.other_cpu(None, "lm.yaml", cal) == ""         # a file that does not say: nothing to tell
+    xeon = {"model": "Intel(R) Xeon(R) Processor", "cores": 2, "caches_bytes": {"L1": 49152, "L2": 2097152,
+                                                                               "L3": 272629760}}
+    assert host_reference.other_cpu(xeon, "lm.yaml", cal) == (
+        "lm.yaml was calibrated on a 2-core Intel(R) Xeon(R) Processor, the model ran on a 2-core AMD EPYC (model, "
+        "caches_bytes differ): its figures are the calibration CPU's (run make calibrate on this one)")
+    assert "(cores differ)" in host_reference.other_cpu(cal, "lm.yaml", {**cal, "cores": 8})
+    assert "(caches_bytes differ)" in host_reference.other_cpu(
+        cal, "lm.yaml", {**cal, "caches_bytes": {**cal["caches_bytes"], "L3": 16777216}})
+    here = host_reference.cpu_here()
+    assert here["cores"] >= 1 and here["model"] and host_reference.other_cpu(here, "lm.yaml") == ""
+
+
+def test_03_07_and_the_report_say_a_latency_model_is_another_cpus(referenced, tmp_path):
+    """01 writes the CPU it ran on; 03 against a latency model calibrated on another CPU says so (a warning and
+    merge_meta's prediction.other_cpu_note) and with one of this CPU says nothing."""
+    tmp, lm, rdir, _ = referenced
+    here = json.loads((rdir / "profile_meta.json").read_text())["cpu"]
+    assert here == host_reference.cpu_here()
+    for name, cpu in (("same", here), ("other", {**here, "model": "Other CPU 9000", "cores": 64})):
+        (tmp_path / name).mkdir()
+        other = latency_model_copy(tmp_path / name)
+        doc = yaml.safe_load(other.read_text())
+        doc["host"].update(cpu=cpu["model"], cores=cpu["cores"])
+        doc["kernel_model"]["host"]["caches_bytes"] = cpu["caches_bytes"]
+        doc["kernel_model"]["host_reference"] = yaml.safe_load(lm.read_text())["kernel_model"]["host_reference"]
+        other.write_text(yaml.safe_dump(doc))
+        r = run_stage("03_merge_profile_metrics.py", "--model", tmp / "m.onnx", "--results", rdir,
+                      "--latency-model", other)
+        assert r.returncode == 0, r.stderr
+        pred = json.loads((rdir / "merge_meta.json").read_text())["prediction"]
+        if name == "same":
+            assert pred["other_cpu_note"] == "" and "calibrated on" not in r.stdout
+        else:
+            assert pred["other_cpu_note"] == (
+                f"{other} was calibrated on a 64-core Other CPU 9000, the model ran on a {here['cores']}-core "
+                f"{here['model']} (model, cores differ): its figures are the calibration CPU's (run make calibrate "
+                f"on this one)")
+            assert f"warning: {pred['other_cpu_note']}" in r.stdout
+            # the host speed factor still applies (it was measured against this calibration's reference)
+            assert pred["host_speed_factor"] is not None
+    from lib.report.page import prediction_text
+    from lib.split.ranking import host_prediction
+    assert pred["other_cpu_note"] in prediction_text({"prediction": pred}, "")
+    assert host_prediction({"prediction": pred})["other_cpu_note"] == pred["other_cpu_note"]
+
+
 def test_01_without_the_reference_says_so(tmp_path):
     small_cnn(tmp_path / "m.onnx")
     lm = latency_model_copy(tmp_path)

@@ -20,6 +20,7 @@ import numpy as np
 
 from lib.artifacts import CONFIGS, REPO, load_yaml
 from lib.errors import StageError
+from lib.latency import host_probe
 from lib.latency.profiling import profile_model
 from lib.latency.training import training_inputs
 
@@ -124,3 +125,37 @@ def factor(profile_meta: dict | None, latency_model_file) -> tuple[float | None,
         return None, (f"01's host reference was measured against another calibration than {latency_model_file}'s "
                       f"(re-run 01)")
     return float(got["factor"]), ""
+
+
+def cpu_here() -> dict:
+    """This CPU as make calibrate records it (model name, cores, cache sizes): stage 01 writes it beside a profile."""
+    c = host_probe.cpu_description()
+    return {"model": c["model"], "cores": c["cores"], "caches_bytes": host_probe.cache_sizes()}
+
+
+
+def calibrated_cpu(latency_model_file) -> dict | None:
+    """The CPU make calibrate measured for latency_model_file (as cpu_here() says it), None if it does not say."""
+    path = Path(latency_model_file)
+    doc = load_yaml(path, "latency model") if path.exists() else {}
+    h = doc.get("host") or {}
+    if not h.get("cpu"):
+        return None
+    return {"model": str(h["cpu"]), "cores": h.get("cores"),
+            "caches_bytes": ((doc.get("kernel_model") or {}).get("host") or {}).get("caches_bytes")}
+
+
+def other_cpu(calibrated: dict | None, what: str, ran: dict | None = None) -> str:
+    """'' when the CPU that ran the model (01's `cpu`, else this one) is the one `what` was calibrated on (model
+    name, cores, cache sizes), else a one-line note. A calibration holds for its CPU: an Intel Xeon's latency
+    model put ResNet-50 at +80% on an AMD EPYC, and its host file's bounds were not bounds there (12 nodes ran
+    below them); the host speed factor scales a prediction, it does not learn another CPU's kernels."""
+    ran = ran or cpu_here()
+    differ = [k for k in ("model", "cores", "caches_bytes") if (calibrated or {}).get(k) is not None
+              and ran.get(k) is not None and calibrated[k] != ran[k]]
+    if not differ:
+        return ""
+    def name(c):
+        return f"{c.get('cores')}-core {c.get('model')}"
+    return (f"{what} was calibrated on a {name(calibrated)}, the model ran on a {name(ran)} ({', '.join(differ)} "
+            f"differ): its figures are the calibration CPU's (run make calibrate on this one)")

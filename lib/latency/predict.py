@@ -210,6 +210,9 @@ def stage_prediction(df: pd.DataFrame, measured: bool, host: dict, rdir: Path, m
                 "interval_us": None, "predicted_by": "baseline", "note_kernel_model": str(e)}
     if pred["predicted_by"] == "kernel model" and measured:
         pred = at_host_speed(pred, metas.get("profile_meta.json"), latency_model_file)
+    ran = (metas.get("profile_meta.json") or {}).get("cpu") if measured else None
+    pred["other_cpu_note"] = host_reference.other_cpu(host_reference.calibrated_cpu(latency_model_file),
+                                                      str(latency_model_file), ran)
     session = (metas.get("profile_meta.json") or {}).get("session_latency", {}).get("median_us")
     pred.update({"fusion_from": fusion, "model": info["model"], "note": info["note"], "measured_latency_us": session,
                  "error": pred["predicted_latency_us"] / session - 1 if session else None,
@@ -237,6 +240,8 @@ def print_prediction(pred: dict) -> None:
               f"predicted time, guessed from similar kernels): {', '.join(pred['unseen_kernel_types'][:8])}")
     if pred.get("subnormal_note"):
         print(f"warning: {pred['subnormal_note']}")
+    if pred.get("other_cpu_note"):
+        print(f"warning: {pred['other_cpu_note']}")
     if pred.get("note_kernel_model"):
         print(f"note: {pred['note_kernel_model']}")
 

@@ -158,6 +158,8 @@ def prediction_text(merge: dict | None, missing: str = "merge_meta.json is missi
                  f"{'?' if share is None else f'{100 * share:.0f}'}% of the predicted time): {', '.join(unseen)}")
     if pred.get("subnormal_note"):
         text += "; " + pred["subnormal_note"]
+    if pred.get("other_cpu_note"):
+        text += "; " + pred["other_cpu_note"]
     if by == "baseline" and pred.get("note_kernel_model"):
         text += f"; kernel model not used: {pred['note_kernel_model']}"
     if by != "baseline" and _num(pred.get("host_speed_factor")) is not None:

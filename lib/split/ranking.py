@@ -217,7 +217,8 @@ def host_prediction(merge_meta: dict) -> dict:
         return {}
     iv = pred.get("interval_us")
     return {"predicted_latency_us": float(pred["predicted_latency_us"]), "predicted_by": pred.get("predicted_by"),
-            "prediction_interval_us": [float(v) for v in iv] if iv else None}
+            "prediction_interval_us": [float(v) for v in iv] if iv else None,
+            "other_cpu_note": pred.get("other_cpu_note") or ""}
 
 
 class Reasons:
@@ -691,7 +692,8 @@ def print_summary(df: pd.DataFrame, top: pd.DataFrame, pareto: pd.DataFrame, rk:
     if p:
         iv = p["prediction_interval_us"]
         print(f"this host's predicted session ({p['predicted_by']}, 03): {p['predicted_latency_us'] / 1e3:.2f} ms"
-              + (f", interval {iv[0] / 1e3:.2f}-{iv[1] / 1e3:.2f} ms" if iv else ", no interval"))
+              + (f", interval {iv[0] / 1e3:.2f}-{iv[1] / 1e3:.2f} ms" if iv else ", no interval")
+              + (" (for the calibration's CPU: see 03's warning)" if p.get("other_cpu_note") else ""))
     v = summ["verdict"]
     print(f"splitting {'beats' if v['split_beats_both_latency'] else 'does NOT beat'} both single-device baselines on "
           f"latency ({'beats' if v['split_beats_both_energy'] else 'not'} on energy, "
