@@ -64,6 +64,8 @@ def main():
         refuse(why)
     candidates = {"configured": [m["model"] for m in ref["models"]], "fastest": fastest_rule(calibrated), "none": []}
     refs = sorted({m for ms in candidates.values() for m in ms})
+    if a.models == DEFAULT:     # a calibration's references change with its host: a default target is never one
+        a.models = [m for m in DEFAULT if m not in refs]
     bad = [m for m in a.models if m in refs or not (TRAIN_DIR / f"{m}.onnx").exists()]
     if bad:
         refuse(f"one of the references ({', '.join(refs)}) or not built in {TRAIN_DIR} (make calibrate builds "

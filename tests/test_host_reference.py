@@ -119,10 +119,10 @@ def test_a_calibration_holds_for_its_cpu_and_says_so_on_another():
     xeon = {"model": "Intel(R) Xeon(R) Processor", "cores": 2, "caches_bytes": {"L1": 49152, "L2": 2097152,
                                                                                "L3": 272629760}}
     assert host_reference.other_cpu(xeon, "lm.yaml", cal) == (
-        "lm.yaml was calibrated on a 2-core Intel(R) Xeon(R) Processor, the model ran on a 2-core AMD EPYC (model, "
-        "caches_bytes differ): its figures are the calibration CPU's (run make calibrate on this one)")
-    assert "(cores differ)" in host_reference.other_cpu(cal, "lm.yaml", {**cal, "cores": 8})
-    assert "(caches_bytes differ)" in host_reference.other_cpu(
+        "lm.yaml was calibrated on a 2-core Intel(R) Xeon(R) Processor, the model ran on a 2-core AMD EPYC (differing: "
+        "model, caches_bytes): its figures are the calibration CPU's (run make calibrate on this one)")
+    assert "(differing: cores)" in host_reference.other_cpu(cal, "lm.yaml", {**cal, "cores": 8})
+    assert "(differing: caches_bytes)" in host_reference.other_cpu(
         cal, "lm.yaml", {**cal, "caches_bytes": {**cal["caches_bytes"], "L3": 16777216}})
     here = host_reference.cpu_here()
     assert here["cores"] >= 1 and here["model"] and host_reference.other_cpu(here, "lm.yaml") == ""
@@ -151,7 +151,7 @@ def test_03_07_and_the_report_say_a_latency_model_is_another_cpus(referenced, tm
         else:
             assert pred["other_cpu_note"] == (
                 f"{other} was calibrated on a 64-core Other CPU 9000, the model ran on a {here['cores']}-core "
-                f"{here['model']} (model, cores differ): its figures are the calibration CPU's (run make calibrate "
+                f"{here['model']} (differing: model, cores): its figures are the calibration CPU's (run make calibrate "
                 f"on this one)")
             assert f"warning: {pred['other_cpu_note']}" in r.stdout
             # the host speed factor still applies (it was measured against this calibration's reference)

@@ -133,7 +133,6 @@ def cpu_here() -> dict:
     return {"model": c["model"], "cores": c["cores"], "caches_bytes": host_probe.cache_sizes()}
 
 
-
 def calibrated_cpu(latency_model_file) -> dict | None:
     """The CPU make calibrate measured for latency_model_file (as cpu_here() says it), None if it does not say."""
     path = Path(latency_model_file)
@@ -150,6 +149,7 @@ def other_cpu(calibrated: dict | None, what: str, ran: dict | None = None) -> st
     name, cores, cache sizes), else a one-line note. A calibration holds for its CPU: an Intel Xeon's latency
     model put ResNet-50 at +80% on an AMD EPYC, and its host file's bounds were not bounds there (12 nodes ran
     below them); the host speed factor scales a prediction, it does not learn another CPU's kernels."""
+    where = "the model ran on" if ran else "this host is"
     ran = ran or cpu_here()
     differ = [k for k in ("model", "cores", "caches_bytes") if (calibrated or {}).get(k) is not None
               and ran.get(k) is not None and calibrated[k] != ran[k]]
@@ -157,5 +157,5 @@ def other_cpu(calibrated: dict | None, what: str, ran: dict | None = None) -> st
         return ""
     def name(c):
         return f"{c.get('cores')}-core {c.get('model')}"
-    return (f"{what} was calibrated on a {name(calibrated)}, the model ran on a {name(ran)} ({', '.join(differ)} "
-            f"differ): its figures are the calibration CPU's (run make calibrate on this one)")
+    return (f"{what} was calibrated on a {name(calibrated)}, {where} a {name(ran)} (differing: "
+            f"{', '.join(differ)}): its figures are the calibration CPU's (run make calibrate on this one)")
