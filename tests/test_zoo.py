@@ -21,6 +21,7 @@ from onnx import helper
 from conftest import REPO, costs, make_model, run_stage, system_yaml, tensor, weight
 from lib.errors import StageError
 from lib.host import load_host
+from lib.latency import host_reference
 from lib.latency.kernel_model import load_kernel_model
 from lib.report.page import BROWSER_ARGS, build_index
 from lib.zoo.engines import stop_process_group
@@ -78,6 +79,10 @@ def check_rows(root: Path) -> pd.DataFrame:
     for stem in ("conv@b2", "mlp@rows"):
         assert t.loc[stem, "session_latency_us"] > 0 and t.loc[stem, "kernel_time_coverage"] > 0
         assert t.loc[stem, "peak_activation_bytes"] > 0 and "01=" in t.loc[stem, "run_ids"]
+        # the CI's CPU may not be the committed calibration's: the row says so exactly when 03's check does
+        note = t.loc[stem, "other_cpu_note"]
+        assert (isinstance(note, str) and "was calibrated on a" in note) == bool(host_reference.other_cpu(
+            host_reference.calibrated_cpu(REPO / "configs" / "latency_model.yaml"), "latency model"))
         assert (root / stem / "report.html").exists()
     assert not list(root.glob(".zoo-*")), "a temporary folder was left behind"
     page = (root / "index.html").read_text()

@@ -12,7 +12,8 @@ import polars as pl
 
 from lib.artifacts import atomic_path
 
-COLUMNS = ["stem", "model", "input_spec", "status", "error", "session_latency_us", "predicted_latency_us", "macs",
+COLUMNS = ["stem", "model", "input_spec", "status", "error", "session_latency_us", "predicted_latency_us",
+           "other_cpu_note", "macs",
            "weight_bytes", "peak_activation_bytes", "kernel_time_coverage", "best_split", "best_split_us",
            "best_split_gain", "dag_optimum_us", "dag_optimum_gain", "key", "cached", "seconds", "host", "run_ids"]
 # run ids of the metas a row's figures come from, by stage
@@ -50,6 +51,8 @@ def figures(rdir: Path) -> dict:
     gain = lambda us: min(singles) / us if us and singles else None   # noqa: E731 - >1: faster than either device alone
     return {"session_latency_us": (prof.get("session_latency") or {}).get("median_us"),
             "predicted_latency_us": (merge.get("prediction") or {}).get("predicted_latency_us"),
+            # a worker whose CPU is not the calibration's: its prediction is the calibration CPU's, said so
+            "other_cpu_note": (merge.get("prediction") or {}).get("other_cpu_note") or None,
             "macs": m.get("conv_gemm_matmul_macs", m.get("total_macs")), "weight_bytes": m.get("weight_bytes"),
             "peak_activation_bytes": _peak(rdir), "kernel_time_coverage": prof.get("kernel_time_coverage"),
             "best_split": f"b{best['boundary']} after {best['after_node']}" if best else None,
@@ -60,7 +63,7 @@ def figures(rdir: Path) -> dict:
             "run_ids": " ".join(f"{s}={_json(rdir, n).get('run_id')}" for s, n in RUN_IDS if _json(rdir, n).get("run_id"))}
 
 
-TEXT = {"stem", "model", "input_spec", "status", "error", "best_split", "key", "host", "run_ids"}
+TEXT = {"stem", "model", "input_spec", "status", "error", "other_cpu_note", "best_split", "key", "host", "run_ids"}
 
 
 def write_table(rows: list[dict], root: Path) -> Path:
