@@ -72,8 +72,7 @@ def main(argv=None):
                a.rdir / "merge_meta.json")
     report(df, measured)
     if len(bad):
-        other = host_reference.other_cpu({"model": host.get("cpu_model"), "cores": host.get("cpu_cores"),
-                                          "caches_bytes": host.get("caches_bytes")}, str(a.host),
+        other = host_reference.other_cpu(host_reference.host_file_cpu(host), str(a.host),
                                          (metas.get("profile_meta.json") or {}).get("cpu"))
         print(f"warning: {len(bad)} nodes with a kernel of their own ran faster than their roofline bound by more than "
               f"the profiler's 1 us (e.g. {bad['node'].iat[0]}): " + (other or "the host's peaks or bandwidths are "

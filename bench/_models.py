@@ -80,6 +80,20 @@ def refuse(message: str) -> None:
     sys.exit(2)
 
 
+def calibrated_here(record: bool, latency_model: Path = REPO / "configs" / "latency_model.yaml",
+                    host_file: Path = REPO / "configs" / "host.yaml") -> None:
+    """The benches that score make calibrate's files: on another CPU than theirs, the figures would be another
+    CPU's calibration scored on this one. With --record: refused in one line, before any work; else a warning."""
+    from lib.host import load_host
+    from lib.latency import host_reference as hr
+    note = (hr.other_cpu(hr.calibrated_cpu(latency_model), str(latency_model))
+            or hr.other_cpu(hr.host_file_cpu(load_host(host_file)), str(host_file)))
+    if note and record:
+        refuse(f"{note}; --record writes no figures of another CPU's calibration")
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
+
+
 def run_stage(script: str, *args, check: bool = True) -> subprocess.CompletedProcess:
     """`python SCRIPT ARGS...` in the repository, its output captured (text)."""
     return subprocess.run([sys.executable, script, *map(str, args)], cwd=REPO, check=check, capture_output=True,

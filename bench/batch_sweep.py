@@ -15,7 +15,7 @@ on shared cores. `--record` writes the table into bench/RESULTS.md.
 import sys
 import time
 
-from _models import REPO, Printed, ensure_model, parser, refuse
+from _models import REPO, calibrated_here, Printed, ensure_model, parser, refuse
 
 sys.path.insert(0, str(REPO))
 
@@ -40,6 +40,7 @@ def main():
         refuse(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
     if min(a.batches + [a.rounds, a.runs]) < 1:
         refuse("--batches, --rounds and --runs must be 1 or more")
+    calibrated_here(a.record)
     out = Printed()
     out(f"batches {a.batches}, {a.rounds} rounds x {a.runs} runs; prediction: stage 03's (kernel model)")
     out(f"{'model':<9} {'batch':>5} {'measured ms':>12} {'predicted ms':>13} {'error':>7} {'interval ms':>15} "

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from _models import REPO, Printed, parser, refuse
+from _models import REPO, calibrated_here, Printed, parser, refuse
 
 sys.path.insert(0, str(REPO))
 
@@ -70,6 +70,7 @@ def main():
     if bad:
         refuse(f"one of the references ({', '.join(refs)}) or not built in {TRAIN_DIR} (make calibrate builds "
                f"them): {', '.join(bad)}")
+    calibrated_here(a.record)
     ready = {m: (TRAIN_DIR / f"{m}.onnx", training_inputs(TRAIN_DIR / f"{m}.onnx")[1]) for m in [*refs, *a.models]}
     one = {"threads": ref.get("threads", 0)}
     rows = []

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from _models import REPO, Printed, parser, refuse
+from _models import REPO, calibrated_here, Printed, parser, refuse
 
 sys.path.insert(0, str(REPO))
 
@@ -144,6 +144,7 @@ def main():
     host, model = load_host(REPO / "configs" / "host.yaml"), km.load_kernel_model(LATENCY_MODEL)
     if model is None:
         refuse(f"no kernel model in {LATENCY_MODEL}: run make calibrate first")
+    calibrated_here(a.record)
     t0 = time.perf_counter()
     # the training models make calibrate measured, profiled in the same rounds: how far the host moved since
     calibrated = calibration_sessions([m for m in a.drift_models if m not in a.models])

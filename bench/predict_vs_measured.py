@@ -14,11 +14,12 @@ bench/RESULTS.md (bench/record.py). On a shared machine the measured figures mov
 """
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from _models import REPO, parser
+from _models import REPO, calibrated_here, parser
 
 sys.path.insert(0, str(REPO))
 
@@ -79,6 +80,7 @@ def main():
     p.add_argument("--host", default=str(REPO / "configs" / "host.yaml"))
     p.add_argument("--record", action="store_true", help="write the table into bench/RESULTS.md")
     a = p.parse_args()
+    calibrated_here(a.record, Path(a.latency_model), Path(a.host))
     t0 = time.perf_counter()
     host = load_host(a.host)
     micro = micro_records(ck.micro_cases(a.quick), host, runs=3 if a.quick else 8, threads=a.threads)

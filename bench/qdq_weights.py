@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from _models import REPO, Printed, parser, refuse
+from _models import REPO, calibrated_here, Printed, parser, refuse
 
 sys.path.insert(0, str(REPO))
 
@@ -39,6 +39,7 @@ def main():
     km = load_kernel_model(REPO / "configs" / "latency_model.yaml")
     if km is None:
         refuse("no kernel model in configs/latency_model.yaml: run make calibrate first")
+    calibrated_here(a.record)
     out = Printed()
     out(f"{'model':18s} {'weights':7s} {'measured ms':>11s} {'predicted ms':>12s} {'error':>6s} {'typed int8 ms':>13s} {'error':>6s}")
     for name, weights in (("resnet18_qdq", "int8"), ("resnet18_qdq_u8", "uint8")):

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from _models import REPO, Printed, parser, refuse
+from _models import REPO, calibrated_here, Printed, parser, refuse
 from predict_unseen import prepared
 
 sys.path.insert(0, str(REPO))
@@ -55,6 +55,7 @@ def main():
     ref, why = host_reference.load(REPO / "configs" / "latency_model.yaml")
     if ref is None:
         refuse(why)
+    calibrated_here(a.record)
     ready = host_reference.prepare(ref)
     models = {m: prepared(entries[m]) for m in a.models}
     got: dict[str, list] = {m: [] for m in a.models}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _models import REPO, Printed, parser, refuse, run_stage
+from _models import REPO, calibrated_here, Printed, parser, refuse, run_stage
 from predict_unseen import DEFAULT, summary
 
 sys.path.insert(0, str(REPO))
@@ -53,6 +53,7 @@ def main():
     missing = [m for m in a.models if m not in entries]
     if missing:
         refuse(f"not in {MANIFEST}: {', '.join(missing)} (build them: python -m bench.corpus --build --only NAME)")
+    calibrated_here(a.record)
     t0, out = time.perf_counter(), Printed()
     with tempfile.TemporaryDirectory(prefix="unseen_stages_") as tmp:
         passes = [{m: staged(entries[m], Path(tmp) / f"{m}_{k}", a.sessions) for m in a.models}

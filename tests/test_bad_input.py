@@ -206,3 +206,34 @@ def test_accuracy_benches_refuse_bad_input_in_one_line(script, args, needle):
     """issue 30's bench scripts (and stage_startup's): an unknown model or a count below 1 is one line and exit 2,
     before any work."""
     assert_clean_error(run_stage(script, *args), needle)
+
+
+
+def test_accuracy_benches_refuse_to_record_another_cpus_calibration(tmp_path, capsys):
+    """A bench scoring make calibrate's files on another CPU than theirs would record another CPU's figures:
+    --record refuses in one line before any work; without it, a warning (bench/_models.calibrated_here)."""
+    import sys
+    import yaml
+    from conftest import REPO, latency_model_copy
+    from lib.latency import host_reference
+    here = host_reference.cpu_here()
+    lm = latency_model_copy(tmp_path)       # the latency model: this CPU's
+    doc = yaml.safe_load(lm.read_text())
+    doc["host"].update(cpu=here["model"], cores=here["cores"])
+    doc["kernel_model"]["host"]["caches_bytes"] = here["caches_bytes"]
+    lm.write_text(yaml.safe_dump(doc))
+    host = tmp_path / "host.yaml"           # host.yaml: another CPU's
+    host.write_text((REPO / "configs" / "host.yaml").read_text().replace(
+        "cpu_model: ", 'cpu_model: "Other CPU 9000"  # was ', 1))
+    r = run_stage("bench/predict_vs_measured.py", "--record", "--host", host, "--latency-model", lm)
+    assert_clean_error(r, f"{host} was calibrated on a", "Other CPU 9000", "--record writes no figures")
+    sys.path.insert(0, str(REPO / "bench"))
+    from _models import calibrated_here
+    calibrated_here(False, lm, host)
+    assert "Other CPU 9000" in capsys.readouterr().err
+    same = tmp_path / "same.yaml"           # both files of this CPU: nothing to say, --record goes on
+    h = yaml.safe_load((REPO / "configs" / "host.yaml").read_text())
+    h.update(cpu_model=here["model"], cpu_cores=here["cores"], caches_bytes=here["caches_bytes"])
+    same.write_text(yaml.safe_dump(h))
+    calibrated_here(True, lm, same)
+    assert capsys.readouterr().err == ""

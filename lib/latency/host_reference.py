@@ -144,6 +144,11 @@ def calibrated_cpu(latency_model_file) -> dict | None:
             "caches_bytes": ((doc.get("kernel_model") or {}).get("host") or {}).get("caches_bytes")}
 
 
+def host_file_cpu(host: dict) -> dict:
+    """The CPU a host file (configs/host.yaml, loaded) was calibrated on, as cpu_here() says it."""
+    return {"model": host.get("cpu_model"), "cores": host.get("cpu_cores"), "caches_bytes": host.get("caches_bytes")}
+
+
 def other_cpu(calibrated: dict | None, what: str, ran: dict | None = None) -> str:
     """'' when the CPU that ran the model (01's `cpu`, else this one) is the one `what` was calibrated on (model
     name, cores, cache sizes), else a one-line note. A calibration holds for its CPU: an Intel Xeon's latency
