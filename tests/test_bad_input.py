@@ -208,11 +208,9 @@ def test_accuracy_benches_refuse_bad_input_in_one_line(script, args, needle):
     assert_clean_error(run_stage(script, *args), needle)
 
 
-
-def test_accuracy_benches_refuse_to_record_another_cpus_calibration(tmp_path, capsys):
+def test_accuracy_benches_refuse_to_record_another_cpus_calibration(tmp_path, capsys, monkeypatch):
     """A bench scoring make calibrate's files on another CPU than theirs would record another CPU's figures:
     --record refuses in one line before any work; without it, a warning (bench/_models.calibrated_here)."""
-    import sys
     import yaml
     from conftest import REPO, latency_model_copy
     from lib.latency import host_reference
@@ -227,7 +225,7 @@ def test_accuracy_benches_refuse_to_record_another_cpus_calibration(tmp_path, ca
         "cpu_model: ", 'cpu_model: "Other CPU 9000"  # was ', 1))
     r = run_stage("bench/predict_vs_measured.py", "--record", "--host", host, "--latency-model", lm)
     assert_clean_error(r, f"{host} was calibrated on a", "Other CPU 9000", "--record writes no figures")
-    sys.path.insert(0, str(REPO / "bench"))
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
     from _models import calibrated_here
     calibrated_here(False, lm, host)
     assert "Other CPU 9000" in capsys.readouterr().err
