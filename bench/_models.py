@@ -86,7 +86,7 @@ def calibrated_here(record: bool, latency_model: Path = REPO / "configs" / "late
     CPU's calibration scored on this one. With --record: refused in one line, before any work; else a warning."""
     from lib.host import load_host
     from lib.latency import host_reference as hr
-    note = (hr.other_cpu(hr.calibrated_cpu(latency_model), str(latency_model))
+    note = (hr.latency_model_note(latency_model)
             or hr.other_cpu(hr.host_file_cpu(load_host(host_file)), str(host_file)))
     if note and record:
         refuse(f"{note}; --record writes no figures of another CPU's calibration")

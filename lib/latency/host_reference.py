@@ -164,3 +164,8 @@ def other_cpu(calibrated: dict | None, what: str, ran: dict | None = None) -> st
         return f"{c.get('cores')}-core {c.get('model')}"
     return (f"{what} was calibrated on a {name(calibrated)}, {where} a {name(ran)} (differing: "
             f"{', '.join(differ)}): its figures are the calibration CPU's (run make calibrate on this one)")
+
+
+def latency_model_note(latency_model_file, ran: dict | None = None) -> str:
+    """other_cpu() for a latency model file: '' on the CPU it was calibrated on, else the one-line note."""
+    return other_cpu(calibrated_cpu(latency_model_file), str(latency_model_file), ran)

@@ -211,8 +211,7 @@ def stage_prediction(df: pd.DataFrame, measured: bool, host: dict, rdir: Path, m
     if pred["predicted_by"] == "kernel model" and measured:
         pred = at_host_speed(pred, metas.get("profile_meta.json"), latency_model_file)
     ran = (metas.get("profile_meta.json") or {}).get("cpu") if measured else None
-    pred["other_cpu_note"] = host_reference.other_cpu(host_reference.calibrated_cpu(latency_model_file),
-                                                      str(latency_model_file), ran)
+    pred["other_cpu_note"] = host_reference.latency_model_note(latency_model_file, ran)
     session = (metas.get("profile_meta.json") or {}).get("session_latency", {}).get("median_us")
     pred.update({"fusion_from": fusion, "model": info["model"], "note": info["note"], "measured_latency_us": session,
                  "error": pred["predicted_latency_us"] / session - 1 if session else None,

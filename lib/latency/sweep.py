@@ -30,10 +30,10 @@ from lib.analysis.roofline import node_bytes
 from lib.artifacts import CONFIGS, REPO, atomic_path, read_csv, read_json, results_dir, versions, write_csv, write_json
 from lib.errors import StageError
 from lib.host import load_host
+from lib.latency import host_reference
 from lib.latency.kernel_model import load_kernel_model
 from lib.latency.latency_model import load_latency_model, peak_per_row, traffic_bytes
 from lib.latency.microbench import _graph_and_feeds_of_path, _graph_of_path, _input_shapes, node_times, profile_runs
-from lib.latency import host_reference
 from lib.latency.predict import at_host_speed, kernel_prediction, optimized_graph
 from lib.onnx.graph import load_model, real_inputs
 from lib.progress import Progress
@@ -234,7 +234,7 @@ def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_ov
     host_cfg = load_host(host or CONFIGS / "host.yaml")
     peaks, bw = model_roofline(model, host)
     workload = workload or str(CONFIGS / "workload.yaml")
-    other = host_reference.other_cpu(host_reference.calibrated_cpu(latency_model), str(latency_model))
+    other = host_reference.latency_model_note(latency_model)
     if other:
         print(f"warning: {other}")
     seen: dict[int, list[dict]] = {b: [] for b in batches}
