@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from conftest import latency_model_copy, run_stage, small_cnn
+from lib.artifacts import CONFIGS
 from lib.latency import host_reference
 from lib.latency.profiling import merge_sessions
 
@@ -81,7 +82,6 @@ def test_01_measures_the_reference_after_each_session_and_03_scales_the_predicti
 def test_the_sweep_keeps_the_factor_and_the_prediction_at_the_calibration_speed(referenced):
     """make sweep's row (lib/latency/sweep.py) carries the host speed factor 01 measured and the kernel model's
     prediction before it: the bench can tell the kernel model's error from the factor's."""
-    from lib.artifacts import CONFIGS
     from lib.host import load_host
     from lib.latency.kernel_model import load_kernel_model
     from lib.latency.sweep import kernel_model_columns
@@ -128,7 +128,7 @@ def test_a_calibration_holds_for_its_cpu_and_says_so_on_another():
     assert here["cores"] >= 1 and here["model"] and host_reference.other_cpu(here, "lm.yaml") == ""
 
 
-def test_03_07_and_the_report_say_a_latency_model_is_another_cpus(referenced, tmp_path):
+def test_03_07_and_the_report_say_a_latency_model_or_host_file_is_another_cpus(referenced, tmp_path):
     """01 writes the CPU it ran on; 03 against a latency model calibrated on another CPU says so (a warning and
     merge_meta's prediction.other_cpu_note) and with one of this CPU says nothing."""
     tmp, lm, rdir, _ = referenced
@@ -156,6 +156,24 @@ def test_03_07_and_the_report_say_a_latency_model_is_another_cpus(referenced, tm
             assert f"warning: {pred['other_cpu_note']}" in r.stdout
             # the host speed factor still applies (it was measured against this calibration's reference)
             assert pred["host_speed_factor"] is not None
+    # host.yaml of another CPU: said even when no node contradicts its bounds (they may still not bound this CPU)
+    host = yaml.safe_load((CONFIGS / "host.yaml").read_text())
+    host.update(cpu_model="Other CPU 9000", mem_bw_bytes_per_s=host["mem_bw_bytes_per_s"] * 1000,
+                **{k: {lv: v * 1000 for lv, v in host[k].items()} for k in ("peak_flops_per_s", "bandwidth_bytes_per_s")})
+    (tmp_path / "host.yaml").write_text(yaml.safe_dump(host))
+    r = run_stage("03_merge_profile_metrics.py", "--model", tmp / "m.onnx", "--results", rdir, "--latency-model", lm,
+                  "--host", tmp_path / "host.yaml")
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((rdir / "merge_meta.json").read_text())
+    assert meta["host_other_cpu_note"].startswith(f"{tmp_path / 'host.yaml'} was calibrated on a ")
+    assert "(differing: model" in meta["host_other_cpu_note"]
+    assert meta["roofline_contradictions"]["nodes"] == 0 and f"warning: {meta['host_other_cpu_note']}" in r.stdout
+    # the committed host.yaml: silent on its own CPU (the test holds on another, where it must speak)
+    r = run_stage("03_merge_profile_metrics.py", "--model", tmp / "m.onnx", "--results", rdir, "--latency-model", lm)
+    note = json.loads((rdir / "merge_meta.json").read_text())["host_other_cpu_note"]
+    committed = host_reference.host_file_cpu(yaml.safe_load((CONFIGS / "host.yaml").read_text()))
+    assert note == host_reference.other_cpu(committed, str(CONFIGS / "host.yaml"), here)
+    assert (note in r.stdout) and (("host.yaml was calibrated on" in r.stdout) == bool(note))
     from lib.report.page import prediction_text
     from lib.split.ranking import host_prediction
     assert pred["other_cpu_note"] in prediction_text({"prediction": pred}, "")
