@@ -168,6 +168,21 @@ def test_a_constant_folded_into_a_kernel_reads_nothing(tmp_path):
         assert add["nodes"] == "three;add" and add["bytes"] == 2 * 8 * 24 * 96 * 4 + 4, add.to_dict()
 
 
+def test_a_view_that_writes_a_graph_output_copies_its_tensor(tmp_path):
+    """Relu -> Reshape -> Relu -> Reshape (graph output): ORT runs the inner Reshape as a view (0 bytes) and copies
+    the last one's tensor into the output (read + write, 2 x 16x256 x 4 bytes), measured and predicted alike."""
+    shape = numpy_helper.from_array(np.array([16, 256], np.int64), "s")
+    back = numpy_helper.from_array(np.array([4096], np.int64), "flat")
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu1"), helper.make_node("Reshape", ["a", "s"], ["b"], name="inner"),
+             helper.make_node("Relu", ["b"], ["c"], name="relu2"), helper.make_node("Reshape", ["c", "flat"], ["y"], name="last")]
+    make_model(nodes, [tensor("x", [4096])], [tensor("y", [4096])], [shape, back], path=tmp_path / "v.onnx")
+    r = profile_record(tmp_path / "v.onnx", "v", "t", load_host("configs/host.yaml"), runs=2, warmup=1)
+    for kt in (r["kernels"], kernel_table(r["graph"], r["metrics"], r["optimized"])):
+        kt = kt.set_index("node")
+        assert kt.loc["inner", "bytes"] == 0 and kt.loc["last", "bytes"] == 2 * 4096 * 4, kt["bytes"].to_dict()
+        assert kt.loc["last", "act_in_bytes"] == kt.loc["last", "act_out_bytes"] == 4096 * 4
+
+
 def qdq_conv(path, quantize_output=True, weights=np.int8):
     """DequantizeLinear(x uint8), DequantizeLinear(W int8, or `weights`) -> Conv [-> QuantizeLinear]."""
     s, z8, zu = (numpy_helper.from_array(np.array(v, dtype=t), n) for v, t, n in
