@@ -1,10 +1,13 @@
 """Bad input: exit code 2, one clear line on stderr, no traceback, nothing written."""
 
 import numpy as np
+import onnx
+import onnx.inliner
+import pandas as pd
 import pytest
 from onnx import helper
 
-from conftest import make_model, run_stage, small_cnn, tensor
+from conftest import make_model, run_stage, small_cnn, tensor, weight
 
 MODEL_STAGES = ["01_profile_onnx.py", "02_shapes_flops_bytes.py"]
 
@@ -70,6 +73,28 @@ def test_unknown_op(tmp_path):
     r = run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path / "c", "--fail-on-unknown")
     assert_clean_error(r, "com.example:Frobnicate")
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("stage", MODEL_STAGES)
+def test_a_graph_that_calls_local_functions_is_refused_and_inlined_runs(tmp_path, stage):
+    """A call of the model's local function Block(x, w) = Relu(Conv(x, w)): refused in one line naming it and how to
+    inline it; the inlined model (that command) is costed in full: 1x8x16x16 outputs x 8x3x3 MACs each."""
+    body = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    block = helper.make_function("local", "Block", ["x", "w"], ["y"], body, [helper.make_opsetid("", 17)])
+    m = make_model([helper.make_node("Block", ["X", "W"], ["Y"], domain="local", name="blk")],
+                   [tensor("X", [1, 8, 16, 16])], [tensor("Y", [1, 8, 16, 16])], [weight("W", [8, 8, 3, 3])])
+    m.functions.append(block)
+    m.opset_import.append(helper.make_opsetid("local", 1))
+    onnx.save(m, str(tmp_path / "fn.onnx"))
+    rdir = tmp_path / "res"
+    r = run_stage(stage, "--model", tmp_path / "fn.onnx", "--results", rdir)
+    assert_clean_error(r, "calls 1 local function(s) of the model (local:Block)", "onnx.inliner.inline_local_functions")
+    assert not rdir.exists() or not any(rdir.iterdir())
+    if stage == "02_shapes_flops_bytes.py":
+        onnx.save(onnx.inliner.inline_local_functions(m), str(tmp_path / "inlined.onnx"))
+        r = run_stage(stage, "--model", tmp_path / "inlined.onnx", "--results", rdir)
+        assert r.returncode == 0, r.stderr
+        assert pd.read_csv(rdir / "ops_metrics.csv")["macs"].sum() == 8 * 16 * 16 * 8 * 3 * 3
 
 
 def test_unresolved_dynamic_dims(tmp_path):

@@ -14,6 +14,9 @@ O(nodes + edges), recursively into If/Loop/Scan bodies with their outer scope:
   required attributes (an If's branches) there, If/Loop bodies with as many inputs/outputs as the node, and
   the element types a schema allows for the graph inputs and weights a node reads directly.
 Cycles (self-loops included) are refused when the graph is ordered (lib/onnx/graph.py).
+A graph that calls the model's local functions is refused too, with the command that inlines them: the stages cost
+and attribute the nodes of the graph, and a call's body would go uncosted while ONNX Runtime's inlined kernels were
+booked onto a neighbour (a residual CNN exported with export_modules_as_functions: 1% of its MACs, -88% predicted).
 """
 from __future__ import annotations
 
@@ -141,6 +144,25 @@ def validate(model: onnx.ModelProto, table: NodeTable | None = None) -> None:
     # runs them): the default domain's nodes then have no schema version to be checked against
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     _check_graph(model.graph, set(), "", table, opsets)
+    _check_no_function_calls(model)
+
+
+def _check_no_function_calls(model: onnx.ModelProto) -> None:
+    functions = {(f.domain, f.name) for f in model.functions}
+    if not functions:
+        return
+    graphs, called = [model.graph], set()
+    while graphs:
+        g = graphs.pop()
+        for n in g.node:
+            if (n.domain, n.op_type) in functions:
+                called.add(f"{n.domain}:{n.op_type}" if n.domain else n.op_type)
+            graphs.extend(b for a in n.attribute for b in attribute_subgraphs(a))
+    if called:
+        raise StageError(f"the graph calls {len(called)} local function(s) of the model ({', '.join(sorted(called)[:3])}), "
+                         "which this pipeline does not analyse: inline them first, e.g. python -c \"import onnx, "
+                         "onnx.inliner; onnx.save(onnx.inliner.inline_local_functions(onnx.load('in.onnx')), "
+                         "'out.onnx')\"")
 
 
 TYPE_IDS = {f"tensor({name.lower()})": value for name, value in TensorProto.DataType.items()}
