@@ -1,8 +1,10 @@
 # The pipeline DAG. `make all` analyses MODEL (default: a locally built torchvision ResNet-50) into
 # results/<stem>/, rebuilding only what is stale. `make test` runs the tests. Both create .venv first.
 MODEL   ?= models/resnet50.onnx
-STEM    := $(basename $(notdir $(MODEL)))
+# a '%' in a target makes it a pattern rule (make then deleted 7 results as intermediates): 'pct' in the stem
+STEM    := $(subst %,pct,$(basename $(notdir $(MODEL))))
 R       := results/$(STEM)
+$(if $(findstring %,$(R)),$(error R=$(R): make cannot take a '%' in the results folder, choose another name))
 PY      := .venv/bin/python
 VENV    := .venv/.installed
 HOST    ?= configs/host.yaml

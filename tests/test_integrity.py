@@ -57,6 +57,17 @@ def test_make_gives_every_stage_one_spec_and_rebuilds_when_it_changes(tmp_path, 
     assert "01_profile_onnx.py" in r.stdout and "02_shapes_flops_bytes.py" not in r.stdout
 
 
+def test_a_percent_sign_in_the_model_name_is_spelled_pct_in_its_results_folder(tmp_path):
+    """EfficientWord-Net ships 'slim_93%_accuracy_72.7390%.onnx': a '%' in make's targets turned them into pattern
+    rules and make deleted 7 results as intermediates. The stem says 'pct'; a '%' in R is refused in one line."""
+    model = tmp_path / "slim_93%_acc.onnx"
+    batch_cnn(model, 1)
+    r = make("-n", "all", f"MODEL={model}")
+    assert r.returncode == 0 and "--results results/slim_93pct_acc " in r.stdout, r.stderr
+    r = make("-n", "all", f"MODEL={model}", f"R={tmp_path / 'r%'}")
+    assert r.returncode == 2 and "make cannot take a '%' in the results folder" in r.stderr
+
+
 def test_inputs_npz_fixes_the_batch_everywhere(tmp_path):
     model = tmp_path / "net.onnx"
     batch_cnn(model)
