@@ -270,6 +270,20 @@ def test_bandwidth_crossover_sweep_and_cut_precision(branch_results):
     assert "only with int8" in stdout
 
 
+def test_a_split_that_ties_a_single_device_within_float_rounding_does_not_pay():
+    """Boundary 0 sends nothing and its sides sum to all-on-B less 0.5 ns (device A computes only constants, as in
+    a small CLIP's 44 boundaries): a tie, not a split that pays; boundary 1 saves 1 us."""
+    import pandas as pd
+    from lib.split.bandwidth import precision_summary
+    bd = pd.DataFrame({"boundary": [0, 1], "t_dev_a_us": [0.0, 1.0], "t_dev_b_us": [5.0 - 5e-4, 2.0],
+                       "n_cut_tensors": [0, 1], "comm_bytes": [0.0, 8.0], "comm_bytes_fp16": [0.0, 4.0],
+                       "comm_bytes_int8": [0.0, 2.0]})
+    p = precision_summary(bd, {"all_on_a_us": 10.0, "all_on_b_us": 5.0},
+                          {"link": {"bandwidth_bytes_per_s": 8e6, "latency_us": 1.0}})     # 8 bytes: 1 us
+    assert p["boundaries_paying_fp32"] == 0 and p["boundaries_paying_fp16"] == 1 and p["boundaries_paying_int8"] == 1
+    assert p["int8_only"] == [1]
+
+
 def test_min_cut_on_a_2000_node_graph_matches_networkx():
     """Large enough for flows near the int32 capacity scale (an overflow once made scipy's cut wrong here)."""
     import onnx
