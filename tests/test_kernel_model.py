@@ -183,6 +183,25 @@ def test_a_view_that_writes_a_graph_output_copies_its_tensor(tmp_path):
         assert kt.loc["last", "act_in_bytes"] == kt.loc["last", "act_out_bytes"] == 4096 * 4
 
 
+def test_a_dequantize_of_weights_that_ort_runs_moves_its_tensors(tmp_path):
+    """DequantizeLinear(int8 W) -> Conv with float activations: 02 takes the DequantizeLinear as folded (computed
+    from constants), yet ORT runs it at every inference: it reads W, its scale and zero point (16x8x3x3 + 4 + 1 bytes)
+    and writes W in fp32 (4 x 16x8x3x3)."""
+    w = numpy_helper.from_array(np.random.default_rng(0).integers(-64, 64, (16, 8, 3, 3)).astype(np.int8), "Wq")
+    s, z = numpy_helper.from_array(np.array(0.02, np.float32), "s"), numpy_helper.from_array(np.array(0, np.int8), "z")
+    nodes = [helper.make_node("DequantizeLinear", ["Wq", "s", "z"], ["W"], name="dqw"),
+             helper.make_node("Conv", ["x", "W"], ["y"], name="conv", pads=[1, 1, 1, 1])]
+    make_model(nodes, [tensor("x", [1, 8, 16, 16])], [tensor("y", [1, 16, 16, 16])], [w, s, z], opset=19,
+               path=tmp_path / "dq.onnx")
+    r = profile_record(tmp_path / "dq.onnx", "dq", "t", load_host("configs/host.yaml"), runs=2, warmup=1)
+    assert r["metrics"].set_index("node").loc["dqw", "act_out_bytes"] == 0        # 02: folded
+    n = 16 * 8 * 3 * 3
+    for kt in (r["kernels"], kernel_table(r["graph"], r["metrics"], r["optimized"])):
+        kt = kt.set_index("node")
+        assert kt.loc["dqw", "weight_bytes"] == n + 4 + 1 and kt.loc["dqw", "act_out_bytes"] == 4 * n
+        assert kt.loc["dqw", "bytes"] == n + 5 + 4 * n
+
+
 def qdq_conv(path, quantize_output=True, weights=np.int8):
     """DequantizeLinear(x uint8), DequantizeLinear(W int8, or `weights`) -> Conv [-> QuantizeLinear]."""
     s, z8, zu = (numpy_helper.from_array(np.array(v, dtype=t), n) for v, t, n in
