@@ -158,8 +158,8 @@ def test_03_07_and_the_report_say_a_latency_model_or_host_file_is_another_cpus(r
             assert pred["host_speed_factor"] is not None
     # host.yaml of another CPU: said even when no node contradicts its bounds (they may still not bound this CPU)
     host = yaml.safe_load((CONFIGS / "host.yaml").read_text())
-    host.update(cpu_model="Other CPU 9000", mem_bw_bytes_per_s=host["mem_bw_bytes_per_s"] * 1000,
-                **{k: {lv: v * 1000 for lv, v in host[k].items()} for k in ("peak_flops_per_s", "bandwidth_bytes_per_s")})
+    faster = {k: {lv: v * 1000 for lv, v in host[k].items()} for k in ("peak_flops_per_s", "bandwidth_bytes_per_s")}
+    host.update(cpu_model="Other CPU 9000", mem_bw_bytes_per_s=host["mem_bw_bytes_per_s"] * 1000, **faster)
     (tmp_path / "host.yaml").write_text(yaml.safe_dump(host))
     r = run_stage("03_merge_profile_metrics.py", "--model", tmp / "m.onnx", "--results", rdir, "--latency-model", lm,
                   "--host", tmp_path / "host.yaml")
@@ -178,6 +178,29 @@ def test_03_07_and_the_report_say_a_latency_model_or_host_file_is_another_cpus(r
     from lib.split.ranking import host_prediction
     assert pred["other_cpu_note"] in prediction_text({"prediction": pred}, "")
     assert host_prediction({"prediction": pred})["other_cpu_note"] == pred["other_cpu_note"]
+
+
+def test_make_calibrate_says_when_it_ran_in_a_spell_of_the_host(tmp_path):
+    """The training models against the previous calibration's host reference of this CPU: +20% is a slow spell
+    (said), +5% is the host's noise (not said), -20% means the previous one was slow; another CPU's file: nothing."""
+    lm = latency_model_copy(tmp_path)
+    doc = yaml.safe_load(lm.read_text())
+    here = host_reference.cpu_here()
+    doc["host"].update(cpu=here["model"], cores=here["cores"])
+    doc["kernel_model"]["host"]["caches_bytes"] = here["caches_bytes"]
+    lm.write_text(yaml.safe_dump(doc))
+    before = {m["model"]: m["session_us"] for m in doc["kernel_model"]["host_reference"]["models"]}
+
+    def records(x):
+        return [{"model": m, "session_us": t * x} for m, t in before.items()] + [{"model": "micro", "session_us": None}]
+    note = host_reference.against_previous(records(1.2), lm)
+    assert note.startswith(f"the training models ran +20% against the previous calibration of this CPU (median of its "
+                           f"{len(before)} host reference models): a slow spell")
+    assert host_reference.against_previous(records(1.05), lm) == ""
+    assert "the previous calibration was taken in a slow spell" in host_reference.against_previous(records(0.8), lm)
+    doc["host"]["cpu"] = "Other CPU 9000"
+    lm.write_text(yaml.safe_dump(doc))
+    assert host_reference.against_previous(records(1.2), lm) == ""
 
 
 def test_01_without_the_reference_says_so(tmp_path):

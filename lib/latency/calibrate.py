@@ -35,6 +35,7 @@ from lib.artifacts import CONFIGS, REPO, atomic_path, read_csv, write_csv
 from lib.errors import StageError
 from lib.host import load_host
 from lib.latency import calibrate_kernels as ck
+from lib.latency import host_reference
 from lib.latency import latency_model as lm
 from lib.latency import microbench as mb
 from lib.latency.host_probe import cpu_description
@@ -452,6 +453,9 @@ def kernel_step(a, host: dict, previous: dict) -> None:
     """The kernel model (lib/latency/calibrate_kernels.py): host probe, training models, LOFO, fit; host.yaml's
     calibrated lines and the latency model file's kernel_model section written."""
     res = ck.calibrate_kernels(host, quick=a.quick, threads=a.threads, before=previous)
+    spell = host_reference.against_previous(res["records"], a.out)
+    if spell:
+        print(f"warning: {spell}")
     for k, (old, new) in res["raised"].items():
         print(f"  {k} raised to what a kernel reached: {old:.4g} -> {new:.4g}")
     for k, (now, kept) in res["kept"].items():

@@ -47,6 +47,30 @@ def section(records: list[dict], threads: int, train_dir: Path) -> dict:
     return {"threads": threads, "models": picked}
 
 
+SPELL = 0.10    # the training models' median run this much off the previous calibration's: a spell of the host
+
+
+def against_previous(records: list[dict], latency_model_file) -> str:
+    """'' or a one-line note when make calibrate's training models ran more than SPELL slower (or faster) than the
+    previous calibration of this CPU measured its host reference models: a calibration taken in a slow spell of a
+    shared host predicts high. One was measured 17-36% slow (its torch matmul at 0.4x): the 19 unseen models were
+    then predicted +13.5% (median |error|) against 9.1% with the one before, small-kernel models up to +51%."""
+    path = Path(latency_model_file)
+    before = {m["model"]: float(m["session_us"]) for m in _section(path).get("models", [])}
+    if not before or latency_model_note(path):       # no previous calibration, or another CPU's
+        return ""
+    now = {r["model"]: float(r["session_us"]) for r in records if r.get("session_us")}
+    ratios = [now[m] / before[m] for m in before if m in now]
+    f = float(np.median(ratios)) if ratios else 1.0
+    if abs(f - 1) <= SPELL:
+        return ""
+    how = ("a slow spell of this shared host: its predictions will run high (01's host speed factor takes out the "
+           "level, not the small kernels' share); re-run make calibrate when the host is quiet" if f > 1 else
+           "the previous calibration was taken in a slow spell")
+    return (f"the training models ran {100 * (f - 1):+.0f}% against the previous calibration of this CPU (median of "
+            f"its {len(ratios)} host reference models): {how}")
+
+
 def _section(path: Path) -> dict:
     doc = (load_yaml(path, "latency model").get("kernel_model") or {}) if path.exists() else {}
     return doc.get("host_reference") or {}
