@@ -173,8 +173,10 @@ def test_a_view_that_writes_a_graph_output_copies_its_tensor(tmp_path):
     the last one's tensor into the output (read + write, 2 x 16x256 x 4 bytes), measured and predicted alike."""
     shape = numpy_helper.from_array(np.array([16, 256], np.int64), "s")
     back = numpy_helper.from_array(np.array([4096], np.int64), "flat")
-    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu1"), helper.make_node("Reshape", ["a", "s"], ["b"], name="inner"),
-             helper.make_node("Relu", ["b"], ["c"], name="relu2"), helper.make_node("Reshape", ["c", "flat"], ["y"], name="last")]
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu1"),
+             helper.make_node("Reshape", ["a", "s"], ["b"], name="inner"),
+             helper.make_node("Relu", ["b"], ["c"], name="relu2"),
+             helper.make_node("Reshape", ["c", "flat"], ["y"], name="last")]
     make_model(nodes, [tensor("x", [4096])], [tensor("y", [4096])], [shape, back], path=tmp_path / "v.onnx")
     r = profile_record(tmp_path / "v.onnx", "v", "t", load_host("configs/host.yaml"), runs=2, warmup=1)
     for kt in (r["kernels"], kernel_table(r["graph"], r["metrics"], r["optimized"])):

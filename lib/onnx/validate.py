@@ -159,8 +159,9 @@ def _check_no_function_calls(model: onnx.ModelProto) -> None:
                 called.add(f"{n.domain}:{n.op_type}" if n.domain else n.op_type)
             graphs.extend(b for a in n.attribute for b in attribute_subgraphs(a))
     if called:
-        raise StageError(f"the graph calls {len(called)} local function(s) of the model ({', '.join(sorted(called)[:3])}), "
-                         "which this pipeline does not analyse: inline them first, e.g. python -c \"import onnx, "
+        names = ", ".join(sorted(called)[:3])
+        raise StageError(f"the graph calls {len(called)} local function(s) of the model ({names}), which this "
+                         "pipeline does not analyse: inline them first, e.g. python -c \"import onnx, "
                          "onnx.inliner; onnx.save(onnx.inliner.inline_local_functions(onnx.load('in.onnx')), "
                          "'out.onnx')\"")
 
