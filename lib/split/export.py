@@ -542,8 +542,8 @@ def split_line(r: dict) -> str:
         return f"  b{r['boundary']}: FAIL {r['error']}"
     lat = r["latency_median"]
     dep = r.get("deployment") or {}
-    return (f"  b{r['boundary']}: {'PASS' if r['pass'] else 'FAIL'} exact max|diff| {r['max_abs_diff']:.2e} (optimizations "
-            f"off); deployment max|diff| {dep.get('max_abs_diff', float('nan')):.2e} "
+    return (f"  b{r['boundary']}: {'PASS' if r['pass'] else 'FAIL'} exactness check, max|diff| {r['max_abs_diff']:.2e} "
+            f"(optimizations off); deployment max|diff| {dep.get('max_abs_diff', float('nan')):.2e} "
             f"({dep.get('max_rel_to_scale', float('nan')):.1e} of scale); "
             f"{len(r['cut_tensors'])} cut tensors, {r['comm_bytes'] / 1024:.1f} KiB; full {lat['full_us'] / 1e3:.2f} ms, "
             f"part1 {lat['part1_us'] / 1e3:.2f} ms + part2 {lat['part2_us'] / 1e3:.2f} ms "
@@ -559,7 +559,7 @@ def closing_line(reports: list[dict], kept: list[dict], s: dict, atol: float, pa
         why = "" if small else " (07 pruned them all: see candidate_pruning.json, or pass --boundary B)"
         return (f"{first}nothing to split: no boundary is ranked{why}; "
                 + (f"{path} keeps {earlier}" if kept else f"wrote an empty report {path}"))
-    return first + (f"{len(reports)} splits exported, {sum(r['pass'] is True for r in reports)} validated exact; worst max "
+    return first + (f"{len(reports)} splits exported, {sum(r['pass'] is True for r in reports)} pass the exactness check; worst max "
             f"|diff| {s['worst_max_abs_diff']:.2e} (graph optimizations off); wrote {path}" + (f", which also keeps {earlier}" if kept else ""))
 
 
