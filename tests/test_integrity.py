@@ -79,6 +79,13 @@ def test_inputs_npz_fixes_the_batch_everywhere(tmp_path):
     for meta in ("profile_meta.json", "metrics_meta.json", "validation_report.json"):
         ident = json.loads((rdir / meta).read_text())["identity"]["inputs"]
         assert ident["input_shapes"] == {"x": [3, 3, 16, 16]} and ident["inputs_npz"]["path"] == str(npz)
+    # a split that failed this run's validation (08 exits 1 and lists it): make all builds the report, then fails
+    rep = json.loads((rdir / "validation_report.json").read_text())
+    assert rep["failed_this_run"] == [] and (rdir / "report.html").exists()
+    (rdir / "validation_report.json").write_text(json.dumps({**rep, "failed_this_run": ["b1", "splits/dag"]}))
+    r = make("all", f"MODEL={model}", f"R={rdir}", "RUNS=1", "SPLITS=1", f"INPUTS={npz}")
+    assert r.returncode == 2 and "FAILED split validation: b1, splits/dag" in r.stderr, r.stderr[-2000:]
+    assert "11_report.py" in r.stdout and (rdir / "validation_report.json").exists()
 
 
 def test_same_file_name_in_two_folders(tmp_path):
