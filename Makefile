@@ -52,10 +52,14 @@ endif
 .PHONY: all test calibrate calibrate-device sweep clean venv help fx zoo
 .DELETE_ON_ERROR:
 
+# exit 3 when 08's report lists splits that failed this run's validation (08's exit 1 is also a crash's)
+CHECK_VALIDATION = $(PY) -c "import json, sys; f = json.load(open('$(R)/validation_report.json')).get('failed_this_run'); \
+	f and (print('FAILED split validation: ' + ', '.join(f) + ' (see $(R)/validation_report.json and the report)', \
+	file=sys.stderr), sys.exit(3))"
+
 all: $(R)/report.html
 	@echo "done: results in $(R)/; open $(R)/report.html (all models: results/index.html)"
-	@$(PY) -c "import json, sys; f = json.load(open('$(R)/validation_report.json')).get('failed_this_run'); \
-	f and sys.exit('FAILED split validation: ' + ', '.join(f) + ' (see $(R)/validation_report.json and the report)')"
+	@$(CHECK_VALIDATION)
 
 help:
 	@echo "make all [MODEL=path.onnx]   run stages 01-08 and 11 into results/<stem>/ (default: $(MODEL))"
@@ -117,11 +121,12 @@ $(R)/boundaries.csv: $(R)/ops_profile.csv 07_split_candidates.py $(LIB) $(SYSTEM
 # 08: export and validate the best few boundaries (SPLITS of them)
 SPLITS ?= 3
 # 08 exits 1 when a split fails its validation, after writing every report: kept (and the report built) when this
-# run wrote it, and `all` fails on it; any other failure deletes it
+# run wrote it and lists failures, and `all` fails on it; any other failure (a crash exits 1 too) deletes it
 $(R)/validation_report.json: $(R)/boundaries.csv 08_export_splits.py $(LIB) $(WORKLOAD)
 	@touch $(R)/.08_started
 	$(PY) 08_export_splits.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --top-k $(SPLITS) $(SPEC_ARGS) \
-	|| { rc=$$?; [ $$rc -eq 1 ] && [ $@ -nt $(R)/.08_started ] || exit $$rc; }
+	|| { rc=$$?; [ $$rc -eq 1 ] && [ $@ -nt $(R)/.08_started ] && { $(CHECK_VALIDATION) 2>/dev/null; [ $$? -eq 3 ]; } \
+	|| exit $$rc; }
 
 $(R)/plots/.done: $(R)/ops_profile.csv $(R)/critical_path.csv $(R)/energy.csv $(R)/boundaries.csv 06_plots.py $(LIB) $(HOST)
 	$(PY) 06_plots.py --results $(R) --host $(HOST)
