@@ -20,7 +20,7 @@ from lib.onnx.inputs import InputSpec, value_hint
 from lib.onnx.loading import analysed
 from lib.provenance import stamp
 from lib.split.diagram import dot_program
-from lib.split.partition_export import beyond_reports, export_beyond, export_boundaries, read_node_set
+from lib.split.partition_export import beyond_failures, export_beyond, export_boundaries, read_node_set
 from lib.split.ranking import choose_boundaries, small_model_note
 
 
@@ -70,9 +70,7 @@ def main(argv=None):
     splits = sorted(reports + kept, key=lambda r: r["boundary"])
     s = summary(splits)
     # this run's failures (the summary line counts boundary splits only); make all fails on them after the report
-    failed = [f"b{r['boundary']}" for r in reports if r["pass"] is not True] + [
-        f"splits/{r['split']}" if r.get("split") else f"pipeline/{r.get('pipeline')}"
-        for r in beyond_reports(beyond) if r["pass"] is not True]
+    failed = [f"b{r['boundary']}" for r in reports if r["pass"] is not True] + beyond_failures(beyond)
     write_json({**run, **s, "failed_this_run": failed, "atol": a.atol, "rtol": a.rtol, "this_run": chosen,
                 "kept_from_earlier_runs": [r["boundary"] for r in kept], "removed_folders": swept["removed"],
                 "folders_without_meta": swept["without_meta"], "splits": splits, **beyond, "versions": versions()},

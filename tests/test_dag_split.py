@@ -282,6 +282,9 @@ def test_a_split_that_ties_a_single_device_within_float_rounding_does_not_pay():
                           {"link": {"bandwidth_bytes_per_s": 8e6, "latency_us": 1.0}})     # 8 bytes: 1 us
     assert p["boundaries_paying_fp32"] == 0 and p["boundaries_paying_fp16"] == 1 and p["boundaries_paying_int8"] == 1
     assert p["int8_only"] == [1]
+    from lib.split.bandwidth import crossover      # the same rule for the bandwidth at which a split pays
+    x = crossover(bd["t_dev_a_us"], bd["t_dev_b_us"], bd["n_cut_tensors"], bd["comm_bytes"], 1.0, 5.0)
+    assert np.isnan(x[0]) and x[1] == pytest.approx(8.0 * 1e6 / 1.0)
 
 
 def test_min_cut_on_a_2000_node_graph_matches_networkx():

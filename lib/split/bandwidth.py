@@ -17,6 +17,7 @@ import pandas as pd
 from lib.onnx.graph import GraphArrays
 from lib.split.boundary_sweep import _diff
 from lib.split.dag import CutGraph, best_partition, evaluate, objectives
+from lib.split.ranking import TIE_US
 
 FLOAT_BYTES = {"float": 4, "double": 8, "float16": 2, "bfloat16": 2}
 SWEEP_BW = np.logspace(np.log10(1e6 / 8), np.log10(100e9 / 8), 26)    # 1 Mbit/s .. 100 Gbit/s, 5 per decade
@@ -24,11 +25,11 @@ DAG_SWEEP_MAX_NODES = 2_000      # above this the sweep leaves the DAG optimum o
 
 
 def crossover(t_a, t_b, n_cut, comm, link_latency_us: float, single_us: float):
-    """Bytes/s above which each split beats `single_us` (NaN: never; 0: at any bandwidth)."""
+    """Bytes/s above which each split beats `single_us` by more than TIE_US (NaN: never; 0: at any bandwidth)."""
     slack = single_us - np.asarray(t_a, float) - np.asarray(t_b, float) - np.asarray(n_cut, float) * link_latency_us
     comm = np.asarray(comm, float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(slack <= 0, np.nan, np.where(comm > 0, comm * 1e6 / slack, 0.0))
+        return np.where(slack <= TIE_US, np.nan, np.where(comm > 0, comm * 1e6 / slack, 0.0))
 
 
 def bandwidth_crossover(df, dag: dict | None, base: dict, system: dict, top_k: int) -> dict:
@@ -60,11 +61,6 @@ def precision_columns(df, a: GraphArrays, dtypes) -> None:
     nb = np.nan_to_num(a.t_nbytes[c])
     for col, bits in (("comm_bytes_fp16", 2), ("comm_bytes_int8", 1)):
         df[col] = _diff(n, prod[c], last[c], np.where(size > bits, nb * bits / np.maximum(size, 1), nb))
-
-
-# a split beats a single device by more than float rounding: a small CLIP's 44 boundaries "paid" by 0.5 ns, their
-# device A computing only constants (the sum of the two sides' times is not the single device's to the last bit)
-TIE_US = 1e-3
 
 
 def precision_summary(df, base: dict, system: dict) -> dict:

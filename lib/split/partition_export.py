@@ -230,20 +230,24 @@ def export_beyond(exporter: SplitExporter, rdir: Path, feeds: dict, opts: dict, 
         _same_run(summ, meta, "split_summary.json")
         chosen = {k: summ["pipeline"][k] for k in PIPELINE_IDS if summ["pipeline"].get(k)}
         out["pipelines"] = export_pipelines(exporter, rdir, chosen, feeds, opts)
-    for name, r in [("splits/dag", out["dag"]), ("splits/custom", out.get("custom"))] + \
-            [(f"pipeline/{k}", v) for k, v in (out.get("pipelines") or {}).items()]:
-        if r is not None:
-            print(f"  {name}: " + (f"FAIL {r['error']}" if r.get("error") else
-                                   f"{'PASS' if r['pass'] else 'FAIL'} max|diff| {r['max_abs_diff']:.2e}"))
+    for name, r in named_reports(out):
+        print(f"  {name}: " + (f"FAIL {r['error']}" if r.get("error") else
+                               f"{'PASS' if r['pass'] else 'FAIL'} max|diff| {r['max_abs_diff']:.2e}"))
     return out
 
 
-def beyond_reports(beyond: dict) -> list[dict]:
-    """The validated reports of export_beyond's result (08's exit code needs each to pass). A partition that
-    could not be exported (its error is in the report and printed) does not fail the stage: the boundary
-    splits are 08's contract, these are extras."""
-    return [r for r in [beyond.get("dag"), beyond.get("custom"), *(beyond.get("pipelines") or {}).values()]
-            if r is not None and not r.get("error")]
+def named_reports(beyond: dict) -> list[tuple[str, dict]]:
+    """(folder, report) of each partition in export_beyond's result: splits/dag, splits/custom, pipeline/<id>."""
+    pairs = [("splits/dag", beyond.get("dag")), ("splits/custom", beyond.get("custom"))] + \
+        [(f"pipeline/{k}", v) for k, v in (beyond.get("pipelines") or {}).items()]
+    return [(name, r) for name, r in pairs if r is not None]
+
+
+def beyond_failures(beyond: dict) -> list[str]:
+    """The folders of export_beyond's validated partitions that failed (08's exit code needs each to pass). A
+    partition that could not be exported (its error is in the report and printed) does not fail the stage: the
+    boundary splits are 08's contract, these are extras."""
+    return [name for name, r in named_reports(beyond) if not r.get("error") and r["pass"] is not True]
 
 
 def export_boundaries(exporter: SplitExporter, bd, chosen: list[int], rdir: Path, feeds: dict, opts: dict,
