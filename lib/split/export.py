@@ -203,7 +203,7 @@ class SplitExporter:
             tmp = out_dir / f".{name}.onnx.tmp"
             onnx.save(m, str(tmp))
             os.replace(tmp, out_dir / f"{name}.onnx")
-        self._full_beside(out_dir, links)
+        self._full_beside(out_dir, links, parts)
         iface.update(external_data=links, ir_version=int(self.model.ir_version),
                      initializers_as_inputs=self.initializers_as_inputs, reduction_size=self.reduction_size,
                      random_nodes_seeded=self.seeded)
@@ -262,15 +262,18 @@ class SplitExporter:
         m.functions.extend(src.functions)
         return m
 
-    def _full_beside(self, out_dir: Path, links: dict) -> None:
-        """The full model beside the parts, so that the folder validates on its own (a link to the model file;
-        a copy with the seeds given to its random nodes when it has unseeded ones)."""
+    def _full_beside(self, out_dir: Path, links: dict, parts: dict[str, onnx.ModelProto]) -> None:
+        """The full model beside the parts, so that the folder validates on its own: a link to the model file; a
+        copy when 08 gave seeds to its random nodes, or when a cut tensor is stored in a narrow float (then that
+        tensor passes through an Identity, store_cut_tensors)."""
+        narrow = self.narrow_cut_tensors(parts)
         full = out_dir / "full.onnx"
-        if full.exists() and (self.seeded or not full.samefile(self.path)):
+        copy = self.seeded or bool(narrow)
+        if full.exists() and (copy or not full.samefile(self.path)):
             full.unlink()  # the model was re-exported since: a stale full.onnx would validate the wrong model
-        if self.seeded:
+        if copy:
             tmp = out_dir / ".full.onnx.tmp"
-            onnx.save(self.model, str(tmp))
+            onnx.save(store_cut_tensors(self.model, narrow), str(tmp))
             os.replace(tmp, full)
         if not full.exists():
             try:
@@ -279,6 +282,39 @@ class SplitExporter:
                 shutil.copy2(self.path, full)
         for loc, how in link_external_data(self.model, self.path.parent, out_dir, self.mode).items():
             links.setdefault(loc, how)
+
+    def narrow_cut_tensors(self, parts: dict[str, onnx.ModelProto]) -> list[str]:
+        """The tensors a part reads from another part (not model inputs or weights) stored as fp16 or bf16."""
+        given = {i.name for i in self.model.graph.input} | set(self.weights)
+        return sorted({i.name for m in parts.values() for i in m.graph.input
+                       if i.name not in given and i.type.tensor_type.elem_type in NARROW_FLOATS})
+
+
+NARROW_FLOATS = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+
+
+def store_cut_tensors(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """The model with each tensor of `names` passed through an Identity (the model itself when there is none).
+    ONNX Runtime runs on the CPU most fp16 ops in fp32 between Casts it inserts, and drops each fp32 -> fp16 ->
+    fp32 Cast pair it then meets, even with graph optimizations off: the whole model skips the rounding of such a
+    tensor to fp16, while the parts exchange it in the type the model declares. An Identity between the pair
+    keeps the rounding, so the exactness check compares the parts with the model as declared (DNSMOS in fp16:
+    an output 2 fp16 ulps of its scale away without it, identical with it); the default level removes the
+    Identity again, and the deployment difference shows what skipping the rounding changes."""
+    if not names:
+        return model
+    keep, m = set(names), onnx.ModelProto()
+    m.CopyFrom(model)
+    nodes = []
+    for n in m.graph.node:
+        nodes.append(n)
+        for k, t in enumerate(n.output):
+            if t in keep:
+                n.output[k] = f"{t}__before_cut"
+                nodes.append(helper.make_node("Identity", [n.output[k]], [t], name=f"{t}__stored_at_cut"))
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    return m
 
 
 # ---------------------------------------------------------------- weights stored outside the model file

@@ -56,7 +56,7 @@ def _save(exporter: SplitExporter, parts: dict, out_dir: Path) -> dict:
         except onnx.checker.ValidationError as e:
             raise StageError(f"{out_dir.name}: {name}.onnx fails onnx.checker: {str(e).strip().splitlines()[0]}") from None
         onnx.save(m, str(out_dir / f"{name}.onnx"))
-    exporter._full_beside(out_dir, links)
+    exporter._full_beside(out_dir, links, parts)
     return links
 
 
