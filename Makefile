@@ -122,10 +122,11 @@ $(R)/boundaries.csv: $(R)/ops_profile.csv 07_split_candidates.py $(LIB) $(SYSTEM
 SPLITS ?= 3
 # 08 exits 1 when a split fails its validation, after writing every report: kept (and the report built) when this
 # run wrote it and lists failures, and `all` fails on it; any other failure (a crash exits 1 too) deletes it
+RUN_08 = $(PY) 08_export_splits.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --top-k $(SPLITS) $(SPEC_ARGS)
 $(R)/validation_report.json: $(R)/boundaries.csv 08_export_splits.py $(LIB) $(WORKLOAD)
+	$(info $(RUN_08))
 	@touch $(R)/.08_started
-	$(PY) 08_export_splits.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --top-k $(SPLITS) $(SPEC_ARGS) \
-	|| { rc=$$?; [ $$rc -eq 1 ] && [ $@ -nt $(R)/.08_started ] && { $(CHECK_VALIDATION) 2>/dev/null; [ $$? -eq 3 ]; } \
+	@$(RUN_08) || { rc=$$?; [ $$rc -eq 1 ] && [ $@ -nt $(R)/.08_started ] && { $(CHECK_VALIDATION) 2>/dev/null; [ $$? -eq 3 ]; } \
 	|| exit $$rc; }
 
 $(R)/plots/.done: $(R)/ops_profile.csv $(R)/critical_path.csv $(R)/energy.csv $(R)/boundaries.csv 06_plots.py $(LIB) $(HOST)
