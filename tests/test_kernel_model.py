@@ -202,6 +202,14 @@ def test_a_dequantize_of_weights_that_ort_runs_moves_its_tensors(tmp_path):
         kt = kt.set_index("node")
         assert kt.loc["dqw", "weight_bytes"] == n + 4 + 1 and kt.loc["dqw", "act_out_bytes"] == 4 * n
         assert kt.loc["dqw", "bytes"] == n + 5 + 4 * n
+    # stage 03's per-node roofline: the same bytes (01's attribution: a kernel of its own), a bound from them
+    rdir = tmp_path / "r"
+    for stage in ("02_shapes_flops_bytes.py", "01_profile_onnx.py", "03_merge_profile_metrics.py"):
+        r = run_stage(stage, "--model", tmp_path / "dq.onnx", "--results", rdir, *(["--runs", "2"] if "01" in stage else []))
+        assert r.returncode == 0, r.stderr
+    row = pd.read_csv(rdir / "ops_profile.csv").set_index("node").loc["dqw"]
+    assert row["attribution"] == "kernel" and (row["act_in_bytes"], row["act_out_bytes"], row["weight_bytes"]) == (0, 4 * n, n + 5)
+    assert row["t_mem_us"] > 0 and row["bound"] == "memory"
 
 
 def qdq_conv(path, quantize_output=True, weights=np.int8):

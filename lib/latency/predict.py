@@ -24,7 +24,9 @@ from lib.latency import host_reference
 from lib.latency.kernel_model import KernelModel, load_kernel_model
 from lib.latency.kernels import kernel_table
 from lib.latency.latency_model import load_latency_model, ort_node_roles, predict_profile
+from lib.analysis.roofline import roofline
 from lib.onnx.loading import analysed
+from lib.onnx.metrics import with_folded_run_bytes
 from lib.onnx.underflow import subnormal_counts
 from lib.latency.profiling import _session
 
@@ -194,6 +196,8 @@ def stage_prediction(df: pd.DataFrame, measured: bool, host: dict, rdir: Path, m
     """Stage 03: t_pred_us per node (the baseline efficiency model, fused nodes 0) and merge_meta's
     `prediction`: the kernel model's session latency with its interval, the baseline beside it."""
     graph, fusion = _graph_and_fusions(df, measured, rdir, model)
+    if graph is not None:       # 02 charged 0 bytes to folded nodes, which ORT may run all the same
+        df = roofline(with_folded_run_bytes(graph, df), host)
     t, info = predict_profile(df, baseline_host(host, latency_model_file), latency_model_file)
     df["t_pred_us"] = t
     if len(df) >= KERNEL_MODEL_MAX_NODES:
