@@ -41,7 +41,7 @@ from lib.onnx.random_ops import seed_random_nodes
 from lib.onnx.reader import all_tensors, read_light
 from lib.provenance import same_inputs
 from lib.split.diagram import render
-from lib.split.runner import as_array, check, compare, rel_bound, session
+from lib.split.runner import EXACT_REFERENCE, as_array, check, compare, rel_bound, session
 from lib.split.validation import reduction_size
 
 
@@ -263,57 +263,65 @@ class SplitExporter:
         return m
 
     def _full_beside(self, out_dir: Path, links: dict, parts: dict[str, onnx.ModelProto]) -> None:
-        """The full model beside the parts, so that the folder validates on its own: a link to the model file; a
-        copy when 08 gave seeds to its random nodes, or when a cut tensor is stored in a narrow float (then that
-        tensor passes through an Identity, store_cut_tensors)."""
-        narrow = self.narrow_cut_tensors(parts)
-        full = out_dir / "full.onnx"
-        copy = self.seeded or bool(narrow)
-        if full.exists() and (copy or not full.samefile(self.path)):
+        """The full model beside the parts, so that the folder validates on its own (a link to the model file;
+        a copy with the seeds given to its random nodes when it has unseeded ones), and full_exact.onnx, the
+        exactness check's reference, when a cut tensor is stored in a narrow float (store_cut_tensors)."""
+        full, exact = out_dir / "full.onnx", out_dir / EXACT_REFERENCE
+        exact.unlink(missing_ok=True)
+        if full.exists() and (self.seeded or not full.samefile(self.path)):
             full.unlink()  # the model was re-exported since: a stale full.onnx would validate the wrong model
-        if copy:
+        if self.seeded:
             tmp = out_dir / ".full.onnx.tmp"
-            onnx.save(store_cut_tensors(self.model, narrow), str(tmp))
+            onnx.save(self.model, str(tmp))
             os.replace(tmp, full)
         if not full.exists():
             try:
                 os.link(self.path, full)
             except OSError:
                 shutil.copy2(self.path, full)
+        narrow = self.narrow_cut_tensors(parts)
+        if narrow:
+            tmp = out_dir / f".{EXACT_REFERENCE}.tmp"
+            onnx.save(store_cut_tensors(self.model, narrow), str(tmp))
+            os.replace(tmp, exact)
         for loc, how in link_external_data(self.model, self.path.parent, out_dir, self.mode).items():
             links.setdefault(loc, how)
 
-    def narrow_cut_tensors(self, parts: dict[str, onnx.ModelProto]) -> list[str]:
-        """The tensors a part reads from another part (not model inputs or weights) stored as fp16 or bf16."""
+    def narrow_cut_tensors(self, parts: dict[str, onnx.ModelProto]) -> dict[str, int]:
+        """{tensor: element type} of the tensors a part reads from another part (not model inputs or weights)
+        stored as fp16 or bf16."""
         given = {i.name for i in self.model.graph.input} | set(self.weights)
-        return sorted({i.name for m in parts.values() for i in m.graph.input
-                       if i.name not in given and i.type.tensor_type.elem_type in NARROW_FLOATS})
+        return {i.name: i.type.tensor_type.elem_type for m in parts.values() for i in m.graph.input
+                if i.name not in given and i.type.tensor_type.elem_type in NARROW_FLOATS}
 
 
 NARROW_FLOATS = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 
 
-def store_cut_tensors(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
-    """The model with each tensor of `names` passed through an Identity (the model itself when there is none).
-    ONNX Runtime runs on the CPU most fp16 ops in fp32 between Casts it inserts, and drops each fp32 -> fp16 ->
-    fp32 Cast pair it then meets, even with graph optimizations off: the whole model skips the rounding of such a
-    tensor to fp16, while the parts exchange it in the type the model declares. An Identity between the pair
-    keeps the rounding, so the exactness check compares the parts with the model as declared (DNSMOS in fp16:
-    an output 2 fp16 ulps of its scale away without it, identical with it); the default level removes the
-    Identity again, and the deployment difference shows what skipping the rounding changes."""
-    if not names:
+def store_cut_tensors(model: onnx.ModelProto, narrow: dict[str, int]) -> onnx.ModelProto:
+    """The model with each tensor of `narrow` ({name: element type}) passed through an Identity and returned as a
+    graph output too (the model itself when there is none). ONNX Runtime runs most fp16 ops on the CPU in fp32
+    between Casts it inserts and drops each fp32 -> fp16 -> fp32 Cast pair it then meets, even with graph
+    optimizations off; it also runs in fp32 a node that has an fp16 kernel when all its neighbours need Casts,
+    unless it writes a graph output. So the whole model skips the rounding of such a tensor to fp16, while the
+    parts exchange it in the type the model declares. An Identity that writes a graph output keeps the rounding
+    (fp16 DNSMOS, a Cast then a Log: 2 fp16 ulps of its output's scale away without it; a BERT in .half(), an Add
+    then an Add: 3.9e-3; identical with it): the exactness check compares the parts with the model as declared,
+    the deployment difference (full.onnx, the default level) shows what skipping the rounding changes."""
+    if not narrow:
         return model
-    keep, m = set(names), onnx.ModelProto()
+    m = onnx.ModelProto()
     m.CopyFrom(model)
-    nodes = []
+    nodes, outputs = [], {o.name for o in m.graph.output}
     for n in m.graph.node:
         nodes.append(n)
         for k, t in enumerate(n.output):
-            if t in keep:
+            if t in narrow:
                 n.output[k] = f"{t}__before_cut"
                 nodes.append(helper.make_node("Identity", [n.output[k]], [t], name=f"{t}__stored_at_cut"))
     del m.graph.node[:]
     m.graph.node.extend(nodes)
+    m.graph.output.extend(helper.make_tensor_value_info(t, et, None) for t, et in narrow.items() if t not in outputs)
     return m
 
 

@@ -12,9 +12,10 @@ the composition reproduces the full model, times each, and writes validation_rep
       reduction length, split_meta.json's reduction_size): with identical kernels only a sum reordered by the
       thread pool can differ, and a sum of K terms moves by ~sqrt(K) ulps of its scale (a random walk);
   (2) 1 ulp of the narrowest float type the values are stored in (the output's, or a cut tensor's: a sum
-      reordered as in (1) can round to the neighbouring fp16 value there). full.onnx stores an fp16 or bf16
-      cut tensor as the parts do (stage 08 passes it through an Identity: ONNX Runtime would otherwise skip its
-      rounding inside the whole model).
+      reordered as in (1) can round to the neighbouring fp16 value there).
+  Where a cut tensor is fp16 or bf16, the reference is full_exact.onnx: full.onnx with that tensor passed
+  through an Identity and returned too (ONNX Runtime would otherwise skip its rounding inside the whole model,
+  which the parts cannot: stage 08's lib/split/export.py store_cut_tensors), so those tensors are compared too.
   fp32: ~1e-6 of the scale; fp16: ~1e-3. Integer and bool outputs must be equal. A tensor fed from the wrong
   place or a missing output fails by orders of magnitude.
 - deployment difference (figures only, never a failure): the same at ONNX Runtime's default optimization level,
@@ -55,10 +56,15 @@ def fail(msg):
     sys.exit(2)
 
 
+EXACT_REFERENCE = "full_exact.onnx"
+
+
 def session(name, provider, ort, folder=HERE, optimize=True):
     """An ORT session; optimize=False: graph optimizations off (ORT_DISABLE_ALL), the kernels of the graph as
-    written."""
+    written, and full.onnx read from full_exact.onnx where the folder has one (module docstring, (2))."""
     path = Path(folder) / name
+    if not optimize and name == "full.onnx" and (Path(folder) / EXACT_REFERENCE).exists():
+        path = Path(folder) / EXACT_REFERENCE
     if not path.exists():
         raise RuntimeError(f"{path} not found (run this script inside its split folder)")
     opts = ort.SessionOptions()
