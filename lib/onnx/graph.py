@@ -189,6 +189,9 @@ def _tensor_infos(g: onnx.GraphProto, other: set[str] | None = None, constants: 
             if info is by_type:
                 info = by_type[key] = tensor_info(vi)
             if info is not None:
+                # an output declared without a shape keeps the shape its value_info has (a branch's output)
+                if info.shape is None and vi.name in out:
+                    continue
                 out[vi.name] = info
             elif k == 1 and other is not None and vi.type.WhichOneof("value") is not None:
                 other.add(vi.name)
