@@ -167,8 +167,8 @@ def as_array(v):
             return np.stack(rows)
         return np.concatenate([r.ravel() for r in rows])
     v = np.asarray(v)
-    if v.dtype.kind in "OSU":       # string labels: compared by a checksum of each (equal strings, equal numbers)
-        return np.array([zlib.crc32(str(x).encode()) for x in v.ravel()], dtype=np.float64).reshape(v.shape)
+    if v.dtype.kind in "OSU":       # string labels: a checksum of each, an integer (its bound is 0: equal or not)
+        return np.array([zlib.crc32(str(x).encode()) for x in v.ravel()], dtype=np.int64).reshape(v.shape)
     return v
 
 
