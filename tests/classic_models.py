@@ -79,6 +79,20 @@ def build_sk_svm(path):
                 "SVC (RBF kernel, Platt probabilities): SVMClassifier + ZipMap")
 
 
+def build_sk_knn(path):
+    """KNeighborsRegressor on float targets: Scan (distances), TopK, ai.onnx.ml ArrayFeatureExtractor over the
+    1-D training targets."""
+    import skl2onnx
+    from skl2onnx import to_onnx
+    from sklearn.neighbors import KNeighborsRegressor
+    x, _ = data()
+    y = x.sum(axis=1)
+    onx = to_onnx(KNeighborsRegressor(5).fit(x, y), x[:1], target_opset={"": 17, "ai.onnx.ml": 3})
+    onnx.save(onx, str(path))
+    return _facts(path, "sklearn_neighbors", f"skl2onnx=={skl2onnx.__version__}", {"X": x[:ROWS]}, 0,
+                  "KNeighborsRegressor k=5: Scan, TopK, ArrayFeatureExtractor ([1, n] out of 1-D data)")
+
+
 def build_sk_pipeline(path):
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline

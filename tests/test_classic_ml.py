@@ -13,7 +13,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from conftest import costs, run_stage
 from lib.onnx.loading import graph_of
+from lib.errors import StageError
 from lib.onnx.metrics import node_metrics
+from lib.split.partition_export import check_chain
 from lib.split.runner import as_array, compare, rel_bound
 from tests import classic_models as cm
 
@@ -241,6 +243,39 @@ def test_string_inputs_from_an_npz(tmp_path):
                       tmp_path / f"{name}.npz")
         assert r.returncode == rc, r.stderr
     assert "cat is float32, the model's input is object" in r.stderr
+
+
+def test_knn_shapes_come_from_a_run_and_its_partitions_validate(tmp_path):
+    """skl2onnx's KNN: ORT's shape inference says data.shape[:-1] + indices' shape (3x5) for ArrayFeatureExtractor
+    over 1-D data, ORT's kernel writes [1, 15]; 02 trusted the inference, 08's parts declared 3x5 and ORT failed
+    inside 08 with a traceback. 02 now takes that op's shape from a run; a part ORT fails on is a FAIL line."""
+    f = cm.build_sk_knn(tmp_path / "knn.onnx")
+    rdir, spec = tmp_path / "r", ["--inputs-npz", f["npz"]]
+    costs(f["path"], rdir, *spec)
+    df = pd.read_csv(rdir / "ops_metrics.csv").set_index("op_type").loc["ai.onnx.ml:ArrayFeatureExtractor"]
+    node = next(n for n in onnx.load(f["path"]).graph.node if n.op_type == "ArrayFeatureExtractor")
+    probe = onnx.load(f["path"])
+    data_type = next(t.data_type for t in probe.graph.initializer if t.name == node.input[0])
+    probe.graph.output.append(helper.make_tensor_value_info(node.output[0], data_type, None))
+    ran = ort.InferenceSession(probe.SerializeToString()).run([node.output[0]], dict(np.load(f["npz"])))[0].shape
+    assert df["out_shapes"] == "x".join(map(str, ran)) == f"1x{cm.ROWS * 5}" and df["shape_source"] == "executed"
+    r = run_stage("07_split_candidates.py", "--model", f["path"], "--results", rdir, *spec)
+    assert r.returncode == 0, r.stderr
+    r = run_stage("08_export_splits.py", "--model", f["path"], "--results", rdir, *spec, "--diagram", "none", "--runs", "1")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+
+
+def test_a_part_onnx_runtime_fails_on_is_a_failed_partition(tmp_path):
+    """check_chain: part2 declares its input 5 long, part1 writes 4: ORT's error is the partition's (08 goes on)."""
+    x, r, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [k]) for n, k in (("x", 4), ("r", 5), ("y", 4)))
+    mk = lambda nodes, i, o: helper.make_model(helper.make_graph(nodes, "g", [i], [o]),   # noqa: E731
+                                               opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    relu, neg = helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])
+    onnx.save(mk([relu, neg], x, y), str(tmp_path / "full.onnx"))
+    onnx.save(mk([relu], x, helper.make_tensor_value_info("r", TensorProto.FLOAT, [4])), str(tmp_path / "part1.onnx"))
+    onnx.save(mk([neg], r, y), str(tmp_path / "part2.onnx"))
+    with pytest.raises(StageError, match="ONNX Runtime fails running part2"):
+        check_chain(tmp_path, 2, {"x": np.ones(4, np.float32)}, 1)
 
 
 def test_lightgbm_splits(tmp_path):

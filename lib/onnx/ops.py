@@ -56,6 +56,7 @@ class Op:
     exponential: bool = False       # its kernel computes exponentials (Exp, Softmax, LogSoftmax)
     typed_by_input: bool = False    # its output's element type is not the one it computes in: its input's is
     qdq_fused: bool = False         # DequantizeLinear -> op -> QuantizeLinear runs as one integer kernel in ORT
+    shape_by_run: bool = False      # ORT's symbolic inference gets its output's shape wrong: take a run's
 
 
 FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is generated from this)
@@ -75,6 +76,7 @@ FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is ge
                    "Softmax ORT inlines, not its ReduceMax)",
     "typed_by_input": "computes in its input's element type, not its output's: the node's dtype column",
     "qdq_fused": "fed by DequantizeLinear of 8-bit tensors, ORT runs it as an integer kernel (QLinearConv ...)",
+    "shape_by_run": "ORT's symbolic shape inference gets its output's shape wrong: 02 takes it from a run",
 }
 REGISTRY: dict[str, Op] = {}
 
@@ -537,6 +539,9 @@ flag("com.microsoft:QLinearSoftmax", softmax_exp=False)     # its exponential: a
 # classical ML (ai.onnx.ml) and random ops: their formulas live in lib/onnx/ops_ml.py
 for _key, (_cls, _cost) in ML_OPS.items():
     register(_key, op_class=_cls)(_cost)
+# ORT's inference: data.shape[:-1] + the indices' shape; its kernel: [1, n indices] for 1-D data (skl2onnx's KNN:
+# 4x5 inferred, 1x20 run, and a split cut there failed with ORT's error)
+flag("ai.onnx.ml:ArrayFeatureExtractor", shape_by_run=True)
 
 
 def markdown_table() -> str:

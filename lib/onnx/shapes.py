@@ -30,7 +30,7 @@ from onnx import helper, numpy_helper, shape_inference
 from lib.errors import StageError
 from lib.onnx.graph import CONTROL_FLOW, MAX_VALUE_ELEMENTS, RANDOM_OPS, SHAPE_READERS, NodeTable
 from lib.onnx.graph import TensorInfo, _small_values, _tensor_infos, add_constant_infos, outer_reads
-from lib.onnx.ops import lookup
+from lib.onnx.ops import lookup, names_with
 from lib.onnx.reader import attribute_subgraphs, with_metadata
 
 EXECUTE_MAX_FILE_BYTES = 1_800_000_000    # a single protobuf holds < 2 GB: bigger models are not executed
@@ -267,6 +267,9 @@ class ExecutionFailed(Exception):
     pass
 
 
+SHAPE_BY_RUN = names_with("shape_by_run")     # their output shapes come from the execution step
+
+
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -359,7 +362,8 @@ def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None)
         gaps = missing()
     if gaps:
         m2 = _ort_symbolic(model)
-        add(known_shapes(m2) if m2 is not None else {}, "ort")
+        wrong = {o for n in model.graph.node if n.op_type in SHAPE_BY_RUN for o in n.output}
+        add({t: vi for t, vi in known_shapes(m2).items() if t not in wrong} if m2 is not None else {}, "ort")
         gaps = missing()
     note = ""
     if gaps or control_flow and _unknown_conditions(model, values):
