@@ -135,6 +135,31 @@ def test_a_node_ort_merged_into_its_twin_runs_no_kernel(tmp_path, second_fill):
         assert kt["macs"].sum() == 2 * 64 * 128 * 28 * 28
 
 
+def test_a_kernel_reading_a_second_output_stops_at_the_node_that_wrote_it(tmp_path):
+    """Split's 2nd output feeds a MatMul whose name sorts first ('aa_mm1' < 'zz_split'): its walk back went
+    through k into the Split and took it, and the Split's own kernel was booked as fused into it (every BERT
+    optimized by onnxruntime.transformers: EmbedLayerNormalization's mask index, 0 us, "fused into Attention")."""
+    from onnx import helper, numpy_helper
+    from conftest import make_model, tensor
+    from lib.onnx.loading import graph_of_path
+    rng = np.random.default_rng(0)
+    w = lambda n, s: numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)  # noqa: E731
+    nodes = [helper.make_node("MatMul", ["x", "W0"], ["qkv"], name="proj"),
+             helper.make_node("Split", ["qkv", "sp"], ["q", "k", "v"], axis=1, name="zz_split"),
+             helper.make_node("MatMul", ["q", "W1"], ["oq"], name="mm_q"),
+             helper.make_node("MatMul", ["k", "W2"], ["ok"], name="aa_mm1"),
+             helper.make_node("MatMul", ["v", "W3"], ["ov"], name="mm_v"),
+             helper.make_node("Sum", ["oq", "ok", "ov"], ["y"], name="sum")]
+    inits = [w("W0", (64, 192)), w("W1", (64, 64)), w("W2", (64, 64)), w("W3", (64, 64)),
+             numpy_helper.from_array(np.array([64, 64, 64], np.int64), "sp")]
+    path = tmp_path / "split.onnx"
+    make_model(nodes, [tensor("x", [32, 64])], [tensor("y", [32, 64])], inits, path=path)
+    prof = profile_model(str(path), {"x": rng.random((32, 64), dtype=np.float32)}, runs=2, warmup=1, progress=False)
+    by = latency_table(graph_of_path(path), prof)[0].set_index("node")
+    assert list(by.loc[["zz_split", "aa_mm1", "mm_q", "mm_v"], "attribution"]) == ["kernel"] * 4
+    assert by.loc["aa_mm1", "ort_kernels"] == "aa_mm1" and by.loc["zz_split", "ort_kernels"] == "zz_split"
+
+
 @pytest.mark.parametrize("elements,constant_node", [(8, False), (9, False), (8, True), (100, True)])
 def test_equal_constants_are_one_value_as_ort_shares_them(tmp_path, elements, constant_node):
     """ORT (1.31) shares equal constants of up to 8 elements, so Mul(x, c1) and Mul(x, c2) become one node; at 9

@@ -387,6 +387,12 @@ class _Attribution:
         name-derived ones; each covers the nodes back to a tensor another kernel materializes."""
         g, opt = self.g, self.opt_nodes
         materialized = {t for t in self.tensor_of.values() if t}
+        # an exactly named kernel writes every output of its node (a Split's k and v, EmbedLayerNormalization's
+        # mask index): a kernel reading one of them stops there, not at the node (which it took when its name
+        # sorted first)
+        materialized.update(o for k in self.kernels if self.exact.get(k) and k in self.node_index
+                            and g.producer.get(self.tensor_of.get(k) or "") == self.node_index[k]
+                            for o in g.nodes[self.node_index[k]].output if o)
         stop = set(g.initializers) | set(g.graph_inputs)
         todo = [k for k in self.kernels if self.tensor_of[k] and (k not in opt or opt[k].op_type not in LAYOUT_KERNELS)]
         self.merged = merged_away(g, {g.producer[self.tensor_of[k]] for k in todo})
