@@ -59,6 +59,30 @@ def loop_model(trip_from_input: bool, feeds=None):
     return metrics(nodes, inputs, [tensor("y", [4])], inits, feeds=feeds)
 
 
+@pytest.mark.parametrize("cond, trips", [("outer_true", 5), ("body_true", 5), ("computed", None)])
+def test_a_loop_whose_condition_stays_true_runs_its_trip_count(cond, trips):
+    """torch.jit.script's for loop through the TorchScript exporter: the body's condition is Identity of an outer
+    Constant true (the Loop was left uncosted); a body Constant true alike; a computed one stays unknown."""
+    true = numpy_helper.from_array(np.array(True))
+    body_nodes = [helper.make_node("Add", ["x_in", "x_in"], ["x_out"], name="body_add")]
+    if cond == "outer_true":
+        body_nodes.append(helper.make_node("Identity", ["keep_going"], ["cond_out"], name="body_cond"))
+    elif cond == "body_true":
+        body_nodes.append(helper.make_node("Constant", [], ["cond_out"], name="body_cond", value=true))
+    else:
+        body_nodes.append(helper.make_node("Less", ["i", "three"], ["cond_out"], name="body_cond"))
+    body = helper.make_graph(body_nodes, "body", [tensor("i", [], TensorProto.INT64), tensor("cond_in", [], TensorProto.BOOL),
+                                                  tensor("x_in", [4])], [tensor("cond_out", [], TensorProto.BOOL), tensor("x_out", [4])])
+    nodes = [helper.make_node("Constant", [], ["keep_going"], name="keep_going", value=true),
+             helper.make_node("Loop", ["M", "keep_going", "x"], ["y"], name="loop", body=body)]
+    row = metrics(nodes, [tensor("x", [4])], [tensor("y", [4])], [scalar("M", 5, np.int64), scalar("three", 3, np.int64)],
+                  feeds={"x": np.ones(4, np.float32)}).loc["loop"]
+    if trips is None:
+        assert not row["cost_known"]
+    else:
+        assert row["cost_known"] and row["flops"] == trips * 4 and row["cost_note"] == f"{trips} iterations"
+
+
 def test_loop_and_if_bodies_are_counted():
     assert loop_model(False).loc["loop", "flops"] == 5 * 4          # 5 iterations of a 4-element Add
     x = np.ones(4, np.float32)

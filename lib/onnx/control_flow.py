@@ -7,6 +7,9 @@ length. A body op of unknown cost makes the whole node unknown.
 """
 from __future__ import annotations
 
+import numpy as np
+from onnx import numpy_helper
+
 from lib.onnx.reader import attr as _attr
 
 Cost = tuple[float, float]          # (flops, macs)
@@ -64,7 +67,7 @@ def loop_trips(node, g) -> int | None:
     if cond and g.value_of(cond) is not None and not bool(g.value_of(cond)):
         return 0
     body = next(a.g for a in node.attribute if a.name == "body")
-    passes = not cond or (body.output and body.input[1].name == body.output[0].name) or _identity_cond(body)
+    passes = not cond or (body.output and _cond_stays_true(body, g))
     return max(0, int(m)) if m is not None and passes else None
 
 
@@ -82,7 +85,15 @@ def runaway_loops(g) -> list[tuple[str, int]]:
     return out
 
 
-def _identity_cond(body) -> bool:
+def _cond_stays_true(body, g) -> bool:
+    """The body's condition output is its condition input (directly or through an Identity), or a constant
+    true: a Constant of the body, or a value the enclosing graph knows (torch.jit.script's for loop, exported by
+    the TorchScript exporter: Identity of an outer Constant true; its Loop was left uncosted)."""
     out = body.output[0].name
-    return any(n.op_type == "Identity" and n.output[0] == out and n.input[0] == body.input[1].name
-               for n in body.node)
+    src = next((n.input[0] for n in body.node if n.op_type == "Identity" and n.output[0] == out), out)
+    if src == body.input[1].name:
+        return True
+    const = next((n for n in body.node if n.op_type == "Constant" and n.output[0] == src), None)
+    value = g.value_of(src) if const is None else next(
+        (numpy_helper.to_array(a.t) for a in const.attribute if a.name == "value"), None)
+    return value is not None and np.size(value) == 1 and bool(np.all(value))
