@@ -122,7 +122,10 @@ def nx_min_cut(cg, cost_a, cost_b, cost_x) -> float:
         g.add_edge(s, i, capacity=float(cost_b[i]))
         g.add_edge(i, t, capacity=float(cost_a[i]))
     for j, p in enumerate(cg.x_prod.tolist()):          # a vertex per crossing-capable tensor, as the issue says
-        g.add_edge(p, cg.n + j, capacity=float(cost_x[j]))
+        if cg.x_unknown[j]:
+            g.add_edge(p, cg.n + j)                     # of unknown size: never crosses (infinite)
+        else:
+            g.add_edge(p, cg.n + j, capacity=float(cost_x[j]))
     for x, c in zip(cg.xc_x.tolist(), cg.xc_c.tolist()):
         g.add_edge(cg.n + x, c)     # no capacity: infinite
     for c, p in zip(cg.prec_rows.tolist(), cg.prec_cols.tolist()):
@@ -140,7 +143,8 @@ def closed_sets_min(a, cg, cost_a, cost_b, cost_x) -> float:
     for bits in itertools.product([True, False], repeat=n):
         left = np.array(bits)
         if left[cg.real].all() or not left[cg.real].any() or \
-                any(left[i] and not all(left[p] for p in preds[i]) for i in range(n)):
+                any(left[i] and not all(left[p] for p in preds[i]) for i in range(n)) or \
+                cg.x_unknown[dag.crossing(cg, left)].any():
             continue
         best = min(best, cost_a[left].sum() + cost_b[~left].sum() + cost_x[dag.crossing(cg, left)].sum())
     return best
@@ -148,8 +152,9 @@ def closed_sets_min(a, cg, cost_a, cost_b, cost_x) -> float:
 
 def test_min_cut_matches_networkx_and_brute_force_on_random_dags():
     rng = np.random.default_rng(7)
+    import onnx
     for trial in range(12):
-        g = build_graph(random_dag(rng, 8))
+        g = build_graph(onnx.shape_inference.infer_shapes(random_dag(rng, 8)))
         a = graph_arrays(g, constant_tensors(g))
         cg = dag.cut_graph(a)
         ca, cb, cx = rng.uniform(0, 10, cg.n), rng.uniform(0, 10, cg.n), rng.uniform(0, 8, len(cg.x_prod))
@@ -323,6 +328,42 @@ def test_a_partition_that_sends_nothing_runs_whole_on_one_device():
     assert dag_line(d).startswith("DAG optimum (min cut): the model runs whole on B, 1.500 ms (2 nodes on A, which send "
                                   "nothing and compute no output")
     assert "(1 node on A, which sends nothing and computes no output" in dag_line({**d, "n_left": 1})
+
+
+def test_the_dag_optimum_never_cuts_a_tensor_of_unknown_size():
+    """A sequence (SplitToSequence -> ConcatFromSequence) has no byte size: its link cost was counted 0 and the
+    min cut sent it for free. It stays on one side; the cut takes the tensor before it (4x8 fp32, 128 bytes)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="r1"),
+             helper.make_node("SplitToSequence", ["r"], ["seq"], name="seq", axis=0),
+             helper.make_node("ConcatFromSequence", ["seq"], ["c"], name="cat", axis=0),
+             helper.make_node("Relu", ["c"], ["y"], name="r2")]
+    from lib.onnx.loading import graph_of
+    g = graph_of(make_model(nodes, [tensor("x", [4, 8])], [tensor("y", None)]))      # shapes resolved by 02's chain
+    a = graph_arrays(g, constant_tensors(g))
+    cg = dag.cut_graph(a)
+    assert list(cg.x_bytes) == [128, 0, 128]          # the sequence: 0, as 07's Comm(b) counts an unknown size
+    cost_a, cost_b = np.array([0.0, 0.0, 100.0, 100.0]), np.array([100.0, 0.0, 0.0, 0.0])  # r1 on A, the rest on B
+    left = dag.min_cut(cg, cost_a, cost_b, cg.x_bytes * 1e-3)
+    assert list(np.asarray(a.names)[left]) == ["r1"] and list(cg.x_unknown) == [False, True, False]
+
+
+def test_a_node_set_that_sends_a_sequence_validates(tmp_path):
+    """--left-nodes may cut a sequence: its cut tensor is exposed in the full model typed as a sequence (it was
+    declared a tensor of element type 0, and ORT refused to load the probe)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="r1"),
+             helper.make_node("SplitToSequence", ["r"], ["seq"], name="seq", axis=0),
+             helper.make_node("ConcatFromSequence", ["seq"], ["c"], name="cat", axis=0),
+             helper.make_node("Relu", ["c"], ["y"], name="r2")]
+    model = tmp_path / "seq.onnx"
+    make_model(nodes, [tensor("x", [4, 8])], [tensor("y", None)], path=model)
+    d = tmp_path / "r"
+    costs(model, d)
+    assert run_stage("07_split_candidates.py", "--model", model, "--results", d).returncode == 0
+    (d / "mine.json").write_text(json.dumps(["r1", "seq"]))
+    r = run_stage("08_export_splits.py", "--model", model, "--results", d, "--diagram", "none", "--runs", "1",
+                  "--left-nodes", d / "mine.json")
+    assert r.returncode == 0 and "splits/custom: PASS" in r.stdout, r.stdout + r.stderr
+    assert list(json.loads((d / "validation_report.json").read_text())["custom"]["cut_tensors"]) == ["seq"]
 
 
 def test_a_dag_optimum_that_sends_nothing_is_not_exported(tmp_path):

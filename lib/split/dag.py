@@ -13,9 +13,11 @@ graph (one vertex per op, one per crossing-capable tensor, plus s and t):
 
 Crossing-capable tensors are the activations of stage 07's sweep: graph inputs are fed to either side (no
 vertex), weights and anything computed from constants alone travel with their consumer (precedence only, no
-link cost), and a graph output with no consumer finished on A costs nothing. Times are scaled to integers
-(scipy's maximum_flow needs int32 capacities: the finite ones sum to 5e8 units, a resolution of 2e-9 of the
-total) and every figure reported is recomputed in floating point on the set the cut gives.
+link cost), a graph output with no consumer finished on A costs nothing, and a tensor of unknown size (a
+sequence, a string tensor) never crosses (its link cost is unknown: counted 0, the optimum took one for free).
+Times are scaled to integers (scipy's maximum_flow needs int32 capacities: the finite ones sum to 5e8 units, a
+resolution of 2e-9 of the total) and every figure reported is recomputed in floating point on the set the cut
+gives.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ class CutGraph:
     x_prod: np.ndarray          # per crossing-capable tensor: its producer
     x_tensor: np.ndarray        # ... its index in the GraphArrays' tensors
     x_bytes: np.ndarray         # ... its bytes (unknown: 0, as 07's Comm(b))
+    x_unknown: np.ndarray       # ... its size is unknown (a sequence, a string tensor): min_cut never cuts it
     x_single: np.ndarray        # ... its consumer when it has one (its cost is then an edge p -> c), else -1
     xc_x: np.ndarray            # (crossing-capable tensor, consumer) pairs
     xc_c: np.ndarray
@@ -71,8 +74,9 @@ def cut_graph(a: GraphArrays) -> CutGraph:
     has_pred[pc[0][real[pc[1]]]] = True         # a real producer
     has_succ = np.zeros(n, bool)
     has_succ[pc[1]] = True
-    return CutGraph(n, a.t_prod[xs], xs, np.nan_to_num(a.t_nbytes[xs]), single, xid[owner][on_x], a.cons[on_x],
-                    pc[0], pc[1], real, np.flatnonzero(real & ~has_pred), np.flatnonzero(real & ~has_succ))
+    return CutGraph(n, a.t_prod[xs], xs, np.nan_to_num(a.t_nbytes[xs]), np.isnan(a.t_nbytes[xs]), single,
+                    xid[owner][on_x], a.cons[on_x], pc[0], pc[1], real, np.flatnonzero(real & ~has_pred),
+                    np.flatnonzero(real & ~has_succ))
 
 
 def real_ops(a: GraphArrays) -> np.ndarray:
@@ -104,7 +108,9 @@ def min_cut(cg: CutGraph, cost_a: np.ndarray, cost_b: np.ndarray, cost_x: np.nda
     on_multi = vid[cg.xc_x] >= 0
     rows = [np.full(n, s), ops, cg.x_prod, vid[cg.xc_x[on_multi]], cg.prec_rows]
     cols = [ops, np.full(n, t), np.where(one, cg.x_single, vid), cg.xc_c[on_multi], cg.prec_cols]
-    caps = [q(cost_b - low), q(cost_a - low), q(cost_x), np.full(int(on_multi.sum()), INF, np.int64),
+    # a tensor of unknown size never crosses: its link cost would be 0, and the optimum took a sequence for free
+    caps = [q(cost_b - low), q(cost_a - low), np.where(cg.x_unknown, INF, q(cost_x)),
+            np.full(int(on_multi.sum()), INF, np.int64),
             np.full(len(cg.prec_rows), INF, np.int64)]
     for side, i in force:
         rows.append(np.array([s if side == "A" else i]))

@@ -407,7 +407,7 @@ def _full_session(split_dir: Path, feeds: dict, ort, hint: str):
 
 
 def validate(split_dir: Path, feeds: dict[str, np.ndarray], atol: float, rtol: float, runs: int,
-             cut: list[str], g: Graph, full_model: onnx.ModelProto, hint: str = "") -> dict:
+             cut: list[str], exporter: SplitExporter, hint: str = "") -> dict:
     """full(x) against part2(part1(x)) with ONNX Runtime (the check run_split.py does: exactness with graph
     optimizations off decides, the deployment difference at the default level is reported), and part1's cut
     tensors against the same tensors inside the full model, optimizations off too: random-weight models can
@@ -420,12 +420,12 @@ def validate(split_dir: Path, feeds: dict[str, np.ndarray], atol: float, rtol: f
             session(f"{n}.onnx", "cpu", ort, split_dir)
     except RuntimeError as e:
         raise StageError(str(e)) from None
-    k = (read_meta(split_dir) or {}).get("reduction_size") or reduction_size(g)     # export() computed it once
+    k = (read_meta(split_dir) or {}).get("reduction_size") or exporter.reduction_size
     try:
         report, mid, _ = check(lambda n, opt: session(n, "cpu", ort, split_dir, optimize=opt), feeds, runs, k)
     except Exception as e:  # noqa: BLE001
         raise StageError(f"ONNX Runtime fails running the parts: {_ort_error(e)}") from None
-    ref = _cut_reference(split_dir, full_model, cut, g, feeds, ort)
+    ref = _cut_reference(split_dir, exporter, cut, feeds, ort)
     cut_report = {}
     for t, r in zip(cut, ref):
         r = as_array(r)     # a sequence or map as an array
@@ -438,16 +438,16 @@ def validate(split_dir: Path, feeds: dict[str, np.ndarray], atol: float, rtol: f
     return report
 
 
-def _cut_reference(split_dir: Path, full_model: onnx.ModelProto, cut: list[str], g: Graph, feeds, ort) -> list:
-    """The cut tensors as the full model computes them (the model already in memory, exposing them as outputs),
-    graph optimizations off and a fresh session run once, as the exactness check runs the parts."""
+def _cut_reference(split_dir: Path, exporter: SplitExporter, cut: list[str], feeds, ort) -> list:
+    """The cut tensors as the full model computes them (the model already in memory, exposing them as outputs,
+    typed as the parts type them: a sequence as a sequence), graph optimizations off and a fresh session run
+    once, as the exactness check runs the parts."""
     if not cut:
         return []
     probe = onnx.ModelProto()
-    probe.CopyFrom(full_model)
+    probe.CopyFrom(exporter.model)
     have = {o.name for o in probe.graph.output}
-    probe.graph.output.extend(onnx.helper.make_tensor_value_info(t, g.tensors[t].elem_type if t in g.tensors else 0,
-                                                                 None) for t in cut if t not in have)
+    probe.graph.output.extend(exporter._vi(t) or helper.make_tensor_value_info(t, 0, None) for t in cut if t not in have)
     tmp = split_dir / ".full_with_cut.onnx"
     onnx.save(probe, str(tmp))
     try:
@@ -558,8 +558,8 @@ def export_one(exporter: SplitExporter, b: int, out: Path, feeds: dict, opts: di
         iface = exporter.export(b, out)
         write_runner(out, {**iface, **meta}, opts.get("inputs_npz"))
         rep = {"boundary": b, "after_node": g.names[b],
-               **validate(out, feeds, opts["atol"], opts["rtol"], opts["runs"], iface["cut_tensors"], g,
-                          exporter.model, opts.get("hint", ""))}
+               **validate(out, feeds, opts["atol"], opts["rtol"], opts["runs"], iface["cut_tensors"], exporter,
+                          opts.get("hint", ""))}
     except StageError as e:
         rep = {"boundary": b, "after_node": g.names[b], "pass": False, "max_abs_diff": None, "error": str(e)}
         out.mkdir(parents=True, exist_ok=True)
