@@ -210,6 +210,29 @@ def test_inputs_npz_entries_are_checked(tmp_path, good):
             assert not rdir.exists() or not any(rdir.iterdir())
 
 
+def test_string_map_and_sequence_inputs_are_refused_in_one_line(tmp_path):
+    """A string input with no npz (01 must run it), an npz of Python strings (a pickled object array), a sequence input:
+    each said once, in its own words (they read "element type object", "not a readable .npz file (ValueError)"
+    and "rank unknown: pass --shape-override")."""
+    from onnx import TensorProto
+    text = tmp_path / "text.onnx"
+    make_model([helper.make_node("Identity", ["t"], ["y"], name="id")], [tensor("t", [2], TensorProto.STRING)],
+               [tensor("y", [2], TensorProto.STRING)], path=text)
+    npz = tmp_path / "obj.npz"
+    np.savez(npz, t=np.array(["a", "b"], dtype=object))
+    seq = tmp_path / "seq.onnx"
+    seq_in = helper.make_tensor_sequence_value_info("xs", TensorProto.FLOAT, None)
+    make_model([helper.make_node("ConcatFromSequence", ["xs"], ["y"], name="cat", axis=0)], [seq_in],
+               [tensor("y", None)], path=seq)
+    assert_clean_error(run_stage("01_profile_onnx.py", "--model", text, "--results", tmp_path / "r1"),   # 01 runs it
+                       "input t is a string tensor", "dtype=str")
+    for stage in MODEL_STAGES:
+        assert_clean_error(run_stage(stage, "--model", text, "--results", tmp_path / "r2", "--inputs-npz", npz),
+                           "holds an object array", "dtype=str")
+        assert_clean_error(run_stage(stage, "--model", seq, "--results", tmp_path / "r3"),
+                           "input xs is a sequence, not a tensor")
+
+
 @pytest.mark.parametrize("script,args,needle", [
     ("bench/batch_sweep.py", ["--models", "nope"], "unknown model(s) nope"),
     ("bench/batch_sweep.py", ["--batches", "0"], "must be 1 or more"),

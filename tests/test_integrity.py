@@ -66,6 +66,11 @@ def test_a_percent_sign_in_the_model_name_is_spelled_pct_in_its_results_folder(t
     assert r.returncode == 0 and "--results results/slim_93pct_acc " in r.stdout, r.stderr
     r = make("-n", "all", f"MODEL={model}", f"R={tmp_path / 'r%'}")
     assert r.returncode == 2 and "make cannot take a '%' in the results folder" in r.stderr
+    spaced = tmp_path / "my models" / "net 1.onnx"      # make splits its words: it said "not found" of a file that is there
+    spaced.parent.mkdir()
+    batch_cnn(spaced, 1)
+    r = make("-n", "all", f"MODEL={spaced}")
+    assert r.returncode == 2 and "has a space in its path, which make cannot take" in r.stderr, r.stderr
 
 
 def test_inputs_npz_fixes_the_batch_everywhere(tmp_path):

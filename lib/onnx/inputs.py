@@ -86,6 +86,11 @@ class InputSpec:
         try:
             with np.load(p, allow_pickle=False) as data:
                 return {k: data[k] for k in data.files}
+        except ValueError as e:
+            if "Object arrays" in str(e):     # np.savez of Python strings: a pickled object array
+                raise StageError(f"--inputs-npz {p} holds an object array (Python strings?): save strings as a "
+                                 f"unicode array, np.array(values, dtype=str), which loads without pickle") from None
+            raise StageError(f"--inputs-npz {p} is not a readable .npz file (ValueError)") from None
         except Exception as e:  # noqa: BLE001
             raise StageError(f"--inputs-npz {p} is not a readable .npz file ({type(e).__name__})") from None
 
@@ -175,6 +180,10 @@ def resolve_input_shapes(model: onnx.ModelProto, spec: InputSpec) -> dict[str, l
                     symbolic[d.dim_param] = v
     shapes, unresolved = {}, []
     for inp in inputs:
+        kind = inp.type.WhichOneof("value")
+        if kind not in (None, "tensor_type"):      # an npz holds arrays only, random values cannot stand for one
+            raise StageError(f"input {inp.name} is a {kind.replace('_type', '')}, not a tensor: the pipeline takes "
+                             f"tensor inputs only (a DictVectorizer's map, a sequence of tensors)")
         t = inp.type.tensor_type
         if inp.name in given:
             dims = given[inp.name]
@@ -269,6 +278,9 @@ def _random_array(rng: np.random.Generator, shape: list[int], dtype: np.dtype, n
         return rng.integers(0, 2, shape).astype(bool)
     if np.issubdtype(dtype, np.integer):
         return rng.integers(0, 2, shape).astype(dtype)  # small ids/masks are valid for any vocabulary
+    if dtype == np.object_:
+        raise StageError(f"input {name} is a string tensor: random values cannot stand for it; pass its values with "
+                         f"--inputs-npz (a unicode array, np.array(values, dtype=str))")
     raise StageError(f"input {name} has element type {dtype}: pass --inputs-npz")
 
 
