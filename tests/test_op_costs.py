@@ -152,3 +152,57 @@ def test_einsum_and_transformer_elementwise():
                  [tensor("y", None)])
     assert df.loc["qk", "macs"] == 2 * 4 * 8 * 8 * 16 and df.loc["qk", "out_shapes"] == "2x4x8x8"
     assert df.loc["softmax", "flops"] == 5 * 512 and df.loc["erf", "flops"] == 5 * 512 and df.loc["where", "flops"] == 512
+
+
+def _row(nodes, inputs, inits, opsets, name):
+    m = helper.make_model(helper.make_graph(nodes, "tiny", inputs, [tensor(o, None) for o in nodes[0].output[:1]],
+                                            initializer=list(inits)),
+                          opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
+    m.ir_version = 10
+    return node_metrics(graph_of(m)).set_index("node").loc[name]
+
+
+def test_attention_ops():
+    """Attention as ORT's transformer optimizer fuses it (QKV projection included), as ONNX opset 23 writes it
+    (Q, K, V given; grouped KV heads; a past key) and ORT's MultiHeadAttention: Q K^T and the weighted V, plus
+    the softmax's 5 FLOPs per score. They were of unknown cost (BERT from onnxruntime.transformers: 9.45 of
+    13.12 MMAC counted)."""
+    ms = {"": 17, "com.microsoft": 1}
+    r = _row([helper.make_node("Attention", ["x", "w", "b"], ["y"], name="att", domain="com.microsoft", num_heads=4)],
+             [tensor("x", [2, 8, 16])], [weight("w", (16, 48)), weight("b", (48,))], ms, "att")
+    macs = 2 * 8 * 16 * 48 + 2 * 4 * 8 * 8 * (4 + 4)                        # projection + Q K^T + A V
+    assert r["macs"] == macs and r["flops"] == 2 * macs + 5 * 2 * 4 * 8 * 8
+    r = _row([helper.make_node("Attention", ["q", "k", "v"], ["y"], name="sdpa")],
+             [tensor("q", [1, 4, 6, 8]), tensor("k", [1, 2, 10, 8]), tensor("v", [1, 2, 10, 5])], [], {"": 23}, "sdpa")
+    assert r["macs"] == 4 * 6 * 10 * (8 + 5) and r["flops"] == 2 * r["macs"] + 5 * 4 * 6 * 10   # 2 KV heads for 4
+    r = _row([helper.make_node("Attention", ["q", "k", "v", "", "pk", "pv"], ["y"], name="sdpa3", q_num_heads=4,
+                               kv_num_heads=2)],
+             [tensor("q", [1, 6, 32]), tensor("k", [1, 10, 16]), tensor("v", [1, 10, 10]), tensor("pk", [1, 2, 3, 8]),
+              tensor("pv", [1, 2, 3, 5])], [], {"": 23}, "sdpa3")
+    assert r["macs"] == 4 * 6 * (10 + 3) * (8 + 5)                              # the past adds 3 positions
+    r = _row([helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["y"], name="mha", domain="com.microsoft",
+                               num_heads=4)],
+             [tensor("q", [1, 6, 32]), tensor("k", [1, 10, 32]), tensor("v", [1, 10, 32])], [], ms, "mha")
+    assert r["macs"] == 4 * 6 * 10 * (8 + 8)
+
+
+def test_stft_and_embed_layer_norm():
+    """STFT: a radix-2 FFT per frame for a power-of-two window (5 n log2 n), else the direct DFT (8 n per bin), and
+    its output shape as ONNX Runtime writes it (onesided by default: 9 bins of 16 samples; onnx's inference said
+    16); EmbedLayerNormalization: 10 FLOPs per output element (three embeddings added, then LayerNorm)."""
+    import numpy as np
+    from onnx import numpy_helper
+    step = numpy_helper.from_array(np.array(16, np.int64), "step")
+    r = _row([helper.make_node("STFT", ["s", "step", "win"], ["y"], name="stft")], [tensor("s", [1, 64, 1])],
+             [step, weight("win", (16,))], {"": 17}, "stft")
+    assert r["out_shapes"] == "1x4x9x2" and r["flops"] == 4 * 5 * 16 * 4 and r["macs"] == 0
+    step12 = numpy_helper.from_array(np.array(12, np.int64), "step")
+    r = _row([helper.make_node("STFT", ["s", "step", "win"], ["y"], name="stft")], [tensor("s", [1, 64, 1])],
+             [step12, weight("win", (12,))], {"": 17}, "stft")
+    assert r["out_shapes"] == "1x5x7x2" and r["flops"] == 5 * 8 * 12 * 7
+    ids = [tensor("ids", [1, 8], TensorProto.INT32), tensor("seg", [1, 8], TensorProto.INT32)]
+    embed = helper.make_node("EmbedLayerNormalization", ["ids", "seg", "we", "pe", "se", "gamma", "beta"],
+                             ["out", "mask_index"], name="embed", domain="com.microsoft")
+    r = _row([embed], ids, [weight("we", (20, 16)), weight("pe", (16, 16)), weight("se", (2, 16)), weight("gamma", (16,)),
+                            weight("beta", (16,))], {"": 17, "com.microsoft": 1}, "embed")
+    assert r["flops"] == 10 * 8 * 16 and r["macs"] == 0

@@ -270,6 +270,65 @@ def einsum(node, g):
     return _macs(math.prod(sizes.values()))
 
 
+def _attention(b: int, heads: int, s_q: int, s_kv: int, d_qk: int, d_v: int, proj: int = 0) -> Cost:
+    """Scaled dot-product attention: Q K^T and the weighted sum of V (MACs), softmax over each score (its
+    per-element FLOPs), plus `proj` MACs of a fused input projection."""
+    scores = b * heads * s_q * s_kv
+    macs = proj + scores * (d_qk + d_v)
+    return 2.0 * macs + SOFTMAX["Softmax"] * scores, float(macs)
+
+
+@register("com.microsoft:Attention", op_class="matmul", weight_input=1)
+def ms_attention(node, g):
+    """ORT's fused BERT attention: input (B, S, in) x weights (in, q + k + v hidden) (+ bias), num_heads heads
+    over the past (input 4: 2 x B x heads x past x head size) and the S new positions."""
+    x, w = _shape(g, node, 0), _shape(g, node, 1)
+    heads = _attr(node, "num_heads")
+    if x is None or w is None or len(x) != 3 or len(w) != 2 or not heads:
+        return None
+    sizes = list(_attr(node, "qkv_hidden_sizes") or []) or [w[1] // 3] * 3
+    past = _shape(g, node, 4)
+    total = x[1] + (past[3] if past is not None and len(past) == 5 else 0)
+    return _attention(x[0], heads, x[1], total, sizes[0] // heads, sizes[2] // heads, proj=x[0] * x[1] * x[2] * w[1])
+
+
+@register("Attention", "com.microsoft:MultiHeadAttention", op_class="matmul")
+def sdpa(node, g):
+    """ONNX Attention (opset 23) and ORT's MultiHeadAttention: Q, K, V given (no projection); 4-D (B, heads, S,
+    head size) or 3-D (B, S, hidden) with the head counts as attributes; a past key (input 4 of Attention, 6 of
+    MultiHeadAttention: B x kv heads x past x head size) adds to the positions attended."""
+    q, k, v = (_shape(g, node, i) for i in range(3))
+    if q is None or k is None or v is None or len(q) != len(k) or len(q) not in (3, 4):
+        return None
+    past = _shape(g, node, 4 if node.op_type == "Attention" else 6)
+    past_len = past[2] if past is not None and len(past) == 4 else 0
+    if len(q) == 4:
+        return _attention(q[0], q[1], q[2], k[2] + past_len, q[3], v[3])
+    heads = _attr(node, "q_num_heads") or _attr(node, "num_heads")
+    kv_heads = _attr(node, "kv_num_heads") or heads
+    if not heads:
+        return None
+    return _attention(q[0], heads, q[1], k[1] + past_len, q[2] // heads, v[2] // kv_heads)
+
+
+@register("STFT", op_class="other")
+def stft(node, g):
+    """A DFT of frame_length samples per frame and output bin, as ONNX Runtime computes it: radix-2 FFT for a
+    power-of-two length (5 n log2 n FLOPs per transform, the usual count), else the direct sum (8 FLOPs per
+    sample and bin: a complex multiply-add). Output (B, frames, bins, 2); no MACs (counted as FLOPs)."""
+    y = _shape(g, node, 0, outputs=True)
+    if y is None or len(y) != 4:
+        return None
+    n = (_shape(g, node, 2) or [None])[0] if len(node.input) > 2 and node.input[2] else None
+    length = g.value_of(node.input[3]) if len(node.input) > 3 and node.input[3] else None
+    n = int(length) if length is not None else n
+    if not n:
+        return None
+    transforms = y[0] * y[1]
+    flops = 5.0 * n * math.log2(n) if n & (n - 1) == 0 else 8.0 * n * y[2]
+    return transforms * flops, 0.0
+
+
 # gates and gate arithmetic per hidden unit and step (README "Cost model"): LSTM 3 sigmoid + 2 tanh + 4
 # elementwise + 8 bias adds; GRU 2 sigmoid + 1 tanh + 5 elementwise + 6 bias adds; RNN 1 tanh + 2 bias adds
 RECURRENT = {"LSTM": (4, 3 * 4 + 2 * 5 + 4 + 8), "GRU": (3, 2 * 4 + 5 + 5 + 6), "RNN": (1, 5 + 2),
@@ -324,7 +383,8 @@ ACTIVATIONS = {
 NORMS = {"BatchNormalization": 2,           # inference: y = x * scale' + shift'
          "InstanceNormalization": 8, "LayerNormalization": 8, "GroupNormalization": 8,   # mean, var, normalise,
          "RMSNormalization": 6, "com.microsoft:SimplifiedLayerNormalization": 6,       # scale, shift
-         "com.microsoft:SkipLayerNormalization": 9, "com.microsoft:SkipSimplifiedLayerNormalization": 7}
+         "com.microsoft:SkipLayerNormalization": 9, "com.microsoft:SkipSimplifiedLayerNormalization": 7,
+         "com.microsoft:EmbedLayerNormalization": 10}       # word + position (+ segment) embeddings, then LayerNorm
 QUANT = {"QuantizeLinear": 2, "DequantizeLinear": 2, "DynamicQuantizeLinear": 4}   # scale, round/saturate; min/max
 SOFTMAX = {"Softmax": 5, "LogSoftmax": 5}   # max, subtract, exp, sum, divide
 

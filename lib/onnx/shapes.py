@@ -328,10 +328,27 @@ def _wanted(model: onnx.ModelProto, table=None) -> list[str]:
     return list(filter(used.__contains__, chain.from_iterable(outs)))
 
 
+# attributes onnx's inference reads with another default than the operator's spec (onnx 1.23: STFT's onesided as
+# 0, 16 bins of a 16-sample window where ONNX Runtime writes 9): written out before it runs
+SPEC_DEFAULTS = {"STFT": {"onesided": 1}}
+
+
+def _spec_defaults(model: onnx.ModelProto, table=None) -> None:
+    """SPEC_DEFAULTS set on the main graph's nodes that leave them out (in place)."""
+    ops = table.ops if table is not None else [n.op_type for n in model.graph.node]
+    if SPEC_DEFAULTS.keys().isdisjoint(ops):       # (in C: 200k nodes)
+        return
+    for n in model.graph.node:
+        for k, v in SPEC_DEFAULTS.get(n.op_type, {}).items():
+            if all(a.name != k for a in n.attribute):
+                n.attribute.append(helper.make_attribute(k, v))
+
+
 def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None) -> Inferred:
     """Run the chain on a model whose inputs are fixed. For the execution step only: full_fn() gives the model
     with its weights, feeds_fn() its inputs. table: the model's NodeTable, when the caller has it."""
     table = table if table is not None and len(table.ops) == len(model.graph.node) else None   # the model's own
+    _spec_defaults(model, table)
     want = _wanted(model, table)
     values = _small_values(model.graph, table)
     control_flow = _needs_values(model, table)
