@@ -311,7 +311,7 @@ def sdpa(node, g):
     return _attention(q[0], heads, q[1], k[1] + past_len, q[2] // heads, v[2] // kv_heads)
 
 
-@register("STFT", op_class="other")
+@register("STFT", op_class="reduce")         # sums over each frame: its FLOPs, no MACs
 def stft(node, g):
     """A DFT of frame_length samples per frame and output bin, as ONNX Runtime computes it: radix-2 FFT for a
     power-of-two length (5 n log2 n FLOPs per transform, the usual count), else the direct sum (8 FLOPs per
