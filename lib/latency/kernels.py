@@ -322,5 +322,39 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
                      "out_shapes": outs, "t_us": float(np.median(ts)) if ts.size else np.nan,
                      "p10_us": float(np.percentile(ts, 10)) if ts.size else np.nan,
                      "p90_us": float(np.percentile(ts, 90)) if ts.size else np.nan, "runs": int(ts.size)})
-    return pd.DataFrame(rows, columns=KERNEL_COLUMNS)
+    table = pd.DataFrame(rows, columns=KERNEL_COLUMNS)
+    return table if events is not None else with_taken_branches(g, metrics, table, optimized)
+
+
+def with_taken_branches(g, metrics: pd.DataFrame, kt: pd.DataFrame, optimized: onnx.ModelProto | None) -> pd.DataFrame:
+    """The kernel table (without times) with each If whose branch the workload's inputs take (02's cost_note:
+    'then_branch taken') replaced by the kernels of that branch: the kernel table of ORT's optimized branch over
+    the original one (optimum's merged decoders hold the whole model in one If: predicted as one 'If' kernel,
+    -97%). Nested Ifs the same way (their conditions from the values the Graph knows)."""
+    from lib.onnx.control_flow import if_branch
+    from lib.onnx.graph import subgraph_view
+    from lib.onnx.metrics import node_metrics
+    ifs = np.flatnonzero(kt["op"].to_numpy(object) == "If")
+    if not len(ifs) or optimized is None:
+        return kt
+    opt = {n.name: n for n in name_nodes(optimized).graph.node}
+    where = {name: pos for pos, name in enumerate(g.names)}
+    notes = dict(zip(metrics["node"], metrics["cost_note"].fillna("").astype(str))) if "cost_note" in metrics else {}
+    parts, last = [], 0
+    for i in ifs:
+        node = g.nodes[where[kt.at[i, "node"]]] if kt.at[i, "node"] in where else None
+        if node is None or node.op_type != "If":
+            continue
+        note = notes.get(kt.at[i, "node"], "")
+        branch = if_branch(node, g) or next((b for b in ("then_branch", "else_branch") if note == f"{b} taken"), None)
+        ran = opt.get(kt.at[i, "kernel"])
+        if branch is None or ran is None:
+            continue
+        sub = subgraph_view(next(a.g for a in node.attribute if a.name == branch), g)
+        body = onnx.ModelProto(ir_version=optimized.ir_version)
+        body.graph.CopyFrom(next(a.g for a in ran.attribute if a.name == branch))
+        body.opset_import.extend(optimized.opset_import)
+        parts += [kt.iloc[last:i], kernel_table(sub, node_metrics(sub), body)]
+        last = i + 1
+    return pd.concat(parts + [kt.iloc[last:]], ignore_index=True) if parts else kt
 
