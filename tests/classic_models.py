@@ -210,6 +210,6 @@ def build_random_dynamo(path):
 
 
 BUILDERS = {"sk_logreg": build_sk_logreg, "sk_forest": build_sk_forest, "sk_forest_strings": build_sk_forest_strings,
-            "sk_gboost": build_sk_gboost,
+            "sk_gboost": build_sk_gboost, "sk_knn": build_sk_knn,
             "sk_svm": build_sk_svm, "sk_pipeline": build_sk_pipeline, "sk_columns": build_sk_columns, "lgbm": build_lgbm, "ir3_logreg": build_ir3_logreg,
             "random_ts": build_random_ts, "random_dynamo": build_random_dynamo}

@@ -85,6 +85,28 @@ def test_kv_decoder_prefill_and_decode(tmp_path):
     assert decode["total_macs"] < metas["llm-128"]["total_macs"]
 
 
+def test_presets_shape_seq2seq_decoders(tmp_path):
+    """optimum's T5 / Whisper decoders name their dims encoder_sequence_length, decoder_sequence_length and
+    past_decoder_sequence_length: the LLM presets set them too (PRESET left them unresolved, an error)."""
+    from onnx import TensorProto, helper
+    from conftest import make_model, tensor, weight
+    ids = tensor("input_ids", ["batch_size", "decoder_sequence_length"], TensorProto.INT64)
+    enc = tensor("encoder_hidden_states", ["batch_size", "encoder_sequence_length", 16])
+    past = tensor("past_key", ["batch_size", 2, "past_decoder_sequence_length", 8])
+    nodes = [helper.make_node("Identity", ["input_ids"], ["i"], name="i"),
+             helper.make_node("MatMul", ["encoder_hidden_states", "w"], ["e"], name="e"),
+             helper.make_node("Identity", ["past_key"], ["p"], name="p")]
+    path = tmp_path / "dec.onnx"
+    make_model(nodes, [ids, enc, past], [tensor("i", None, TensorProto.INT64), tensor("e", None), tensor("p", None)],
+               [weight("w", (16, 4))], path=path)
+    for preset, want in (("llm-decode-128", ([1, 1], [1, 128, 16], [1, 2, 128, 8])),
+                         ("llm-512", ([1, 512], [1, 512, 16], [1, 2, 0, 8]))):
+        r = run_stage("02_shapes_flops_bytes.py", "--model", path, "--results", tmp_path / preset, "--preset", preset)
+        assert r.returncode == 0, r.stderr
+        got = json.loads((tmp_path / preset / "metrics_meta.json").read_text())["identity"]["inputs"]["input_shapes"]
+        assert (got["input_ids"], got["encoder_hidden_states"], got["past_key"]) == want
+
+
 def test_tiny_graph_has_nothing_to_split(tmp_path):
     facts = wild_models.build_tiny4(tmp_path / "tiny.onnx")
     df, _ = stage02(facts, tmp_path / "r")
