@@ -39,9 +39,13 @@ def report(path, shapes, s, note) -> None:
     if s["upper_bound_nodes"]:
         print(f"  UPPER BOUND: {s['upper_bound_nodes']} If nodes whose branch is unknown count the dearer branch "
               f"(cost_note); pass the real inputs with --inputs-npz")
-    if s["unknown_size_nodes"]:
-        print(f"  UNKNOWN SIZE: {s['unknown_size_nodes']} nodes read or write a tensor whose shape could not be resolved "
-              f"(act_in/out_bytes empty, bytes_known=False): {note or 'pass the real inputs with --inputs-npz'}")
+    strings = s.get("unknown_size_strings", 0)
+    if s["unknown_size_nodes"] > strings:
+        print(f"  UNKNOWN SIZE: {s['unknown_size_nodes'] - strings} nodes read or write a tensor whose shape could not be "
+              f"resolved (act_in/out_bytes empty, bytes_known=False): {note or 'pass the real inputs with --inputs-npz'}")
+    if strings:
+        print(f"  string tensors: {strings} nodes read or write strings, whose shapes are known but not their bytes "
+              f"(act_in/out_bytes empty, bytes_known=False)")
     if s["unknown_cost_nodes"]:
         print(f"  UNKNOWN COST: {s['unknown_cost_nodes']} nodes (flops/macs empty, cost_known=False): "
               + ", ".join(f"{k} x{v}" for k, v in s["unknown_cost_ops"].items()))

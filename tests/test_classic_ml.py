@@ -228,6 +228,10 @@ def test_string_labels_get_their_shapes(tmp_path):
     df = pd.read_csv(tmp_path / "r" / "ops_metrics.csv").set_index("op_type")
     assert df.loc["ai.onnx.ml:TreeEnsembleClassifier", "out_shapes"] == f"{cm.ROWS};{cm.ROWS}x{cm.CLASSES}"
     assert df.loc["ai.onnx.ml:TreeEnsembleClassifier", "dtype"] == "string"
+    # its size is unknown (strings), not its shape: said as such, no advice to pass the inputs already passed
+    meta = json.loads((tmp_path / "r" / "metrics_meta.json").read_text())
+    assert meta["unknown_size_nodes"] == meta["unknown_size_strings"] > 0
+    assert "string tensors:" in r.stdout and "UNKNOWN SIZE" not in r.stdout
 
 
 def test_string_inputs_from_an_npz(tmp_path):

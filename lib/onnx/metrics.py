@@ -314,6 +314,8 @@ def summarize(df: pd.DataFrame) -> dict:
         "unknown_cost_nodes": int(len(unknown)),
         "unknown_cost_ops": {str(k): int(v) for k, v in unknown.value_counts().sort_index().items()},
         "unknown_size_nodes": int((~df["bytes_known"]).sum()),
+        # of those, the nodes whose shapes are all known: they move strings (no byte size), not unresolved shapes
+        "unknown_size_strings": int((~df["bytes_known"] & (df["shape_source"] != "unknown")).sum()),
         "upper_bound_nodes": int(df["cost_note"].str.startswith("upper bound").sum()),
         "shape_source": {str(k): int(v) for k, v in df["shape_source"].value_counts().sort_index().items()},
         "op_counts": {str(k): int(v) for k, v in df["op_type"].value_counts().sort_index().items()},
