@@ -153,7 +153,9 @@ def propagate_values(model: onnx.ModelProto, shapes: dict[str, list[int]], value
             while args and args[-1] is None:
                 args.pop()
         try:
-            outs = _eval(node, args, shp)
+            # a log(0) or a cast of inf is the value the model computes: not a warning for the user's console
+            with np.errstate(all="ignore"):
+                outs = _eval(node, args, shp)
         except Exception:  # noqa: BLE001 - values we cannot evaluate stay unknown
             given_up.add(k)
             continue
