@@ -32,6 +32,9 @@ import pandas as pd
 from lib.analysis.roofline import kernel_node_bytes
 from lib.latency.profiling import (LAYOUT_KERNELS, VIEW_KERNELS, attribute, is_mac_kernel, kernel_times,
                                     name_nodes, name_unnamed_kernels)
+from lib.onnx.control_flow import if_branch
+from lib.onnx.graph import subgraph_view
+from lib.onnx.metrics import node_metrics
 from lib.onnx.ops import REGISTRY, names_with
 from lib.onnx.underflow import exp_nodes
 
@@ -331,9 +334,6 @@ def with_taken_branches(g, metrics: pd.DataFrame, kt: pd.DataFrame, optimized: o
     'then_branch taken') replaced by the kernels of that branch: the kernel table of ORT's optimized branch over
     the original one (optimum's merged decoders hold the whole model in one If: predicted as one 'If' kernel,
     -97%). Nested Ifs the same way (their conditions from the values the Graph knows)."""
-    from lib.onnx.control_flow import if_branch
-    from lib.onnx.graph import subgraph_view
-    from lib.onnx.metrics import node_metrics
     ifs = np.flatnonzero(kt["op"].to_numpy(object) == "If")
     if not len(ifs) or optimized is None:
         return kt
