@@ -41,8 +41,9 @@ def report(path, shapes, s, note) -> None:
               f"(cost_note); pass the real inputs with --inputs-npz")
     strings = s.get("unknown_size_strings", 0)
     if s["unknown_size_nodes"] > strings:
-        print(f"  UNKNOWN SIZE: {s['unknown_size_nodes'] - strings} nodes read or write a tensor whose shape could not be "
-              f"resolved (act_in/out_bytes empty, bytes_known=False): {note or 'pass the real inputs with --inputs-npz'}")
+        print(f"  UNKNOWN SIZE: {s['unknown_size_nodes'] - strings} nodes read or write a tensor whose shape could not "
+              f"be resolved (act_in/out_bytes empty, bytes_known=False): "
+              f"{note or 'pass the real inputs with --inputs-npz'}")
     if strings:
         print(f"  string tensors: {strings} nodes read or write strings, whose shapes are known but not their bytes "
               f"(act_in/out_bytes empty, bytes_known=False)")

@@ -183,7 +183,8 @@ def check_chain(out_dir: Path, k: int, feeds: dict, reduction_size: int, hint: s
     for i in range(1, k + 1):
         sess = session(f"part{i}.onnx", "cpu", ort, out_dir, optimize=False)
         try:
-            got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {x.name: env[x.name] for x in sess.get_inputs()})))
+            got = dict(zip([o.name for o in sess.get_outputs()],
+                           sess.run(None, {x.name: env[x.name] for x in sess.get_inputs()})))
         except Exception as e:  # noqa: BLE001 - ORT raises its own types: this partition fails, 08 goes on
             raise StageError(f"ONNX Runtime fails running part{i}: {_ort_error(e)}") from None
         stored += [v.dtype for v in got.values() if isinstance(v, np.ndarray)] if i < k else []
