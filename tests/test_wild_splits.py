@@ -194,3 +194,22 @@ def test_nothing_to_split_and_one_report_of_every_split(tmp_path):
     assert [(s["boundary"], s["this_run"]) for s in rep["splits"]] == [(1, False), (2, True)]
     assert rep["kept_from_earlier_runs"] == [1] and "also keeps 1 earlier splits (b1)" in r.stdout
     assert_valid(rdir, rep)
+
+
+def test_a_contrib_op_in_the_default_domain_splits(tmp_path):
+    """onnxruntime-genai writes SimplifiedLayerNormalization in the default domain: ONNX Runtime runs it, onnx's
+    checker has no schema for it. The model is analysed (ORT accepts it); its parts failed the checker, and every
+    split 'FAILED' although it composes exactly. ORT's load now decides for the parts too."""
+    from conftest import make_model, tensor, weight
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="r1"),
+             helper.make_node("SimplifiedLayerNormalization", ["r", "scale"], ["n"], name="sln", axis=-1, epsilon=1e-5),
+             helper.make_node("MatMul", ["n", "w"], ["m"], name="mm"), helper.make_node("Relu", ["m"], ["y"], name="r2")]
+    model = tmp_path / "sln.onnx"
+    make_model(nodes, [tensor("x", [2, 16])], [tensor("y", [2, 16])], [weight("scale", (16,)), weight("w", (16, 16))],
+               path=model)
+    rdir = tmp_path / "r"
+    analyse(model, rdir, [])
+    r, rep = export(model, rdir, "--boundary", "1", "2")
+    assert rep["all_pass"] and len(rep["splits"]) == 2 and rep["worst_max_abs_diff"] == 0.0, r.stdout
+    ops = {s["boundary"]: [n.op_type for n in parts(rdir, s["boundary"])[0].graph.node] for s in rep["splits"]}
+    assert all("SimplifiedLayerNormalization" in o for o in ops.values()), ops

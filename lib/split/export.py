@@ -196,10 +196,7 @@ class SplitExporter:
         for name, m in parts.items():
             for loc, how in link_external_data(m, self.path.parent, out_dir, self.mode).items():
                 links.setdefault(loc, how)   # the first part to need a file says how it was linked
-            try:
-                onnx.checker.check_model(for_checker(m))
-            except onnx.checker.ValidationError as e:
-                raise StageError(f"boundary {b}: {name}.onnx fails onnx.checker: {str(e).strip().splitlines()[0]}") from None
+            check_part(m, f"boundary {b}: {name}.onnx")
             tmp = out_dir / f".{name}.onnx.tmp"
             onnx.save(m, str(tmp))
             os.replace(tmp, out_dir / f"{name}.onnx")
@@ -366,6 +363,18 @@ def link_external_data(model: onnx.ModelProto, src_dir: Path, dst_dir: Path, mod
                         e.value = str(src.resolve())
             how[loc] = "absolute"
     return how
+
+
+def check_part(m: onnx.ModelProto, what: str) -> None:
+    """onnx.checker on a part. An op the checker has no schema for in its domain (onnxruntime-genai writes
+    SimplifiedLayerNormalization in the default one) is left to ONNX Runtime, which loads the part to validate
+    it: the model itself was accepted that way, and its splits failed here although they composed exactly."""
+    try:
+        onnx.checker.check_model(for_checker(m))
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0]
+        if not first.startswith("No Op registered for"):
+            raise StageError(f"{what} fails onnx.checker: {first}") from None
 
 
 def for_checker(model: onnx.ModelProto) -> onnx.ModelProto:

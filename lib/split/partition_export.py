@@ -20,8 +20,8 @@ from lib.artifacts import read_json, write_json
 from lib.errors import StageError
 from lib.onnx.graph import Graph
 from lib.provenance import same_inputs
-from lib.split.export import (ModelRunError, SplitExporter, _full_session, _link_or_copy, _ort_error, export_one,
-                              for_checker, link_external_data, progress, pruned_note, split_line, validate, write_runner)
+from lib.split.export import (ModelRunError, SplitExporter, _full_session, _link_or_copy, _ort_error, check_part,
+                              export_one, link_external_data, progress, pruned_note, split_line, validate, write_runner)
 from lib.split.runner import as_array, compare, rel_bound, session
 
 
@@ -51,10 +51,7 @@ def _save(exporter: SplitExporter, parts: dict, out_dir: Path) -> dict:
     for name, m in parts.items():
         for loc, how in link_external_data(m, exporter.path.parent, out_dir, exporter.mode).items():
             links.setdefault(loc, how)
-        try:
-            onnx.checker.check_model(for_checker(m))
-        except onnx.checker.ValidationError as e:
-            raise StageError(f"{out_dir.name}: {name}.onnx fails onnx.checker: {str(e).strip().splitlines()[0]}") from None
+        check_part(m, f"{out_dir.name}: {name}.onnx")
         onnx.save(m, str(out_dir / f"{name}.onnx"))
     exporter._full_beside(out_dir, links, parts)
     return links
