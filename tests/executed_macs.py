@@ -18,7 +18,7 @@ Counted (FLOPs = 2 x MACs for these; bias additions are not MACs):
   LSTM / GRU / RNN                    dirs * seq * batch * gates * hidden * (input + hidden),
                                       gates 4 / 3 / 1 (sequence_lens is ignored: full seq_len)
   com.microsoft DynamicQuantizeLSTM (as LSTM), DynamicQuantizeMatMul, MatMulIntegerToFloat,
-  FusedMatMul (transA/transB), QGemm (as Gemm)
+  FusedMatMul (transA/transB), QGemm (as Gemm), MatMulNBits (rows of A x the N and K attributes)
 Everything else counts 0 MACs.
 
 Notes found on real runs (onnxruntime 1.31):
@@ -44,7 +44,8 @@ import onnxruntime as ort
 MAC_OPS = {"Conv", "ConvInteger", "QLinearConv", "ConvTranspose", "Gemm", "MatMul", "MatMulInteger",
            "QLinearMatMul", "Einsum", "LSTM", "GRU", "RNN",
            # com.microsoft forms that appear in files (quantize_dynamic, older ORT-optimized exports)
-           "DynamicQuantizeLSTM", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "FusedMatMul", "QGemm"}
+           "DynamicQuantizeLSTM", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "FusedMatMul", "QGemm",
+           "MatMulNBits"}
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1, "DynamicQuantizeLSTM": 4}
 
 
@@ -207,6 +208,8 @@ def node_macs(op, in_shapes, out_shapes, attrs) -> int:
         return _matmul(a, b)
     if op == "QGemm":
         return _gemm(in_shapes[0], in_shapes[3], attrs)
+    if op == "MatMulNBits":     # A (..., K) x B packed in blocks: N and K are attributes; rows of A x N x K
+        return math.prod(in_shapes[0][:-1]) * attrs["N"] * attrs["K"]
     if op == "QLinearMatMul":
         return _matmul(in_shapes[0], in_shapes[3])
     if op == "Einsum":

@@ -1,6 +1,8 @@
 """Hand-computed FLOPs, MACs and bytes on tiny graphs."""
 import math
+from pathlib import Path
 
+import onnx
 import pytest
 from onnx import TensorProto, helper
 
@@ -206,3 +208,44 @@ def test_stft_and_embed_layer_norm():
     r = _row([embed], ids, [weight("we", (20, 16)), weight("pe", (16, 16)), weight("se", (2, 16)), weight("gamma", (16,)),
                             weight("beta", (16,))], {"": 17, "com.microsoft": 1}, "embed")
     assert r["flops"] == 10 * 8 * 16 and r["macs"] == 0
+
+
+def test_llm_and_detection_ops():
+    """onnxruntime's 4-bit MatMulNBits (rows of A x N x K; checked against the MACs ONNX Runtime executed),
+    GroupQueryAttention over its present key's positions, SimplifiedLayerNormalization in the default domain
+    (onnxruntime-genai), RoiAlign and GridSample: they were of unknown cost (a 4-bit MLP counted 0 MACs)."""
+    import numpy as np
+    from onnx import numpy_helper
+    from executed_macs import executed_macs
+    ms = {"": 17, "com.microsoft": 1}
+    packed = numpy_helper.from_array(np.zeros((16, 2, 16), np.uint8), "wq")          # N 16, K 64 in 2 blocks of 32
+    scales = numpy_helper.from_array(np.ones(32, np.float32), "ws")
+    nbits = helper.make_node("MatMulNBits", ["a", "wq", "ws"], ["y"], name="nb", domain="com.microsoft", K=64, N=16,
+                             bits=4, block_size=32)
+    m = helper.make_model(helper.make_graph([nbits], "g", [tensor("a", [2, 3, 64])], [tensor("y", None)], [packed, scales]),
+                          opset_imports=[helper.make_opsetid(d, v) for d, v in ms.items()])
+    m.ir_version = 10
+    r = node_metrics(graph_of(m)).set_index("node").loc["nb"]
+    path = Path(__import__("tempfile").mkdtemp()) / "nbits.onnx"
+    onnx.save(m, str(path))
+    assert r["macs"] == 2 * 3 * 16 * 64 == executed_macs(path, {"a": np.ones((2, 3, 64), np.float32)})["total"]
+    i32 = lambda n, v: numpy_helper.from_array(np.array(v, np.int32), n)  # noqa: E731
+    gqa = helper.make_node("GroupQueryAttention", ["q", "k", "v", "pk", "pv", "seqlens", "total"], ["o", "pres_k", "pres_v"],
+                           name="gqa", domain="com.microsoft", num_heads=4, kv_num_heads=2)
+    m = helper.make_model(helper.make_graph([gqa], "g", [tensor("q", [1, 4, 64]), tensor("k", [1, 4, 32]), tensor("v", [1, 4, 32]),
+                                                          tensor("pk", [1, 2, 3, 16]), tensor("pv", [1, 2, 3, 16])],
+                                            [tensor("o", None), tensor("pres_k", None)], [i32("seqlens", [6]), i32("total", 7)]),
+                          opset_imports=[helper.make_opsetid(d, v) for d, v in ms.items()])
+    m.ir_version = 10
+    r = node_metrics(graph_of(m)).set_index("node").loc["gqa"]
+    assert r["macs"] == 4 * 4 * 7 * (16 + 16)          # 4 heads x 4 queries x (3 past + 4 new) keys x (Q K^T + A V)
+    sln = _row([helper.make_node("SimplifiedLayerNormalization", ["x", "s"], ["y"], name="sln", axis=-1)],
+               [tensor("x", [2, 8])], [weight("s", (8,))], {"": 17}, "sln")
+    assert sln["flops"] == 6 * 16 and sln["op_class"] == "norm"
+    roi = _row([helper.make_node("RoiAlign", ["x", "rois", "idx"], ["y"], name="roi", output_height=7, output_width=7,
+                                 sampling_ratio=2)],
+               [tensor("x", [1, 4, 16, 16]), tensor("rois", [3, 4]), tensor("idx", [3], TensorProto.INT64)], [], {"": 17}, "roi")
+    assert roi["out_shapes"] == "3x4x7x7" and roi["flops"] == 3 * 4 * 49 * 2 * 2 * 9
+    gs = _row([helper.make_node("GridSample", ["x", "grid"], ["y"], name="gs")],
+              [tensor("x", [1, 4, 8, 8]), tensor("grid", [1, 5, 6, 2])], [], {"": 17}, "gs")
+    assert gs["out_shapes"] == "1x4x5x6" and gs["flops"] == 4 * 5 * 6 * 8

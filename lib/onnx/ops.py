@@ -311,6 +311,48 @@ def sdpa(node, g):
     return _attention(q[0], heads, q[1], k[1] + past_len, q[2] // heads, v[2] // kv_heads)
 
 
+@register("com.microsoft:MatMulNBits", op_class="matmul", weight_input=1)
+def matmul_nbits(node, g):
+    """A (..., K) x B quantized to `bits` in blocks (onnxruntime's 4-bit LLM weights): rows of A x N x K, N and K
+    its attributes."""
+    a, n, k = _shape(g, node, 0), _attr(node, "N"), _attr(node, "K")
+    return None if a is None or not n or not k else _macs(_numel(a[:-1]) * n * k)
+
+
+@register("com.microsoft:GroupQueryAttention", op_class="matmul")
+def group_query_attention(node, g):
+    """onnxruntime-genai's attention: query (B, S, heads x head size), or Q, K and V packed in it (no key input);
+    num_heads query heads over the total sequence, present_key's (output 1: B x kv heads x total x head size)."""
+    q, present = _shape(g, node, 0), _shape(g, node, 1, outputs=True)
+    heads, kv_heads = _attr(node, "num_heads"), _attr(node, "kv_num_heads")
+    if q is None or present is None or len(q) != 3 or len(present) != 4 or not heads:
+        return None
+    packed = not (len(node.input) > 1 and node.input[1])
+    head = q[2] // (heads + 2 * (kv_heads or heads)) if packed else q[2] // heads
+    return _attention(q[0], heads, q[1], present[2], head, head)
+
+
+@register("RoiAlign", op_class="pool")
+def roi_align(node, g):
+    """Per output element, sampling_ratio^2 samples (2 x 2 when adaptive, 0) of 4-tap bilinear interpolation
+    (8 FLOPs each), averaged (a documented convention)."""
+    n = _out_numel(node, g)
+    s = _attr(node, "sampling_ratio", 0) or 2
+    return None if n is None else (float(n * s * s * 9), 0.0)
+
+
+GRID_SAMPLE = {"bilinear": 8, "linear": 8, "nearest": 1, "bicubic": 32, "cubic": 32}   # taps x (multiply, add)
+
+
+@register("GridSample", op_class="data_movement")
+def grid_sample(node, g):
+    """Per output element, its interpolation: 4 taps bilinear, 16 bicubic, a copy nearest."""
+    n = _out_numel(node, g)
+    mode = _attr(node, "mode", "bilinear")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    return None if n is None else (float(n * GRID_SAMPLE.get(mode, 8)), 0.0)
+
+
 @register("STFT", op_class="reduce")         # sums over each frame: its FLOPs, no MACs
 def stft(node, g):
     """A DFT of frame_length samples per frame and output bin, as ONNX Runtime computes it: radix-2 FFT for a
@@ -384,7 +426,8 @@ NORMS = {"BatchNormalization": 2,           # inference: y = x * scale' + shift'
          "InstanceNormalization": 8, "LayerNormalization": 8, "GroupNormalization": 8,   # mean, var, normalise,
          "RMSNormalization": 6, "com.microsoft:SimplifiedLayerNormalization": 6,       # scale, shift
          "com.microsoft:SkipLayerNormalization": 9, "com.microsoft:SkipSimplifiedLayerNormalization": 7,
-         "com.microsoft:EmbedLayerNormalization": 10}       # word + position (+ segment) embeddings, then LayerNorm
+         "com.microsoft:EmbedLayerNormalization": 10,       # word + position (+ segment) embeddings, then LayerNorm
+         "SimplifiedLayerNormalization": 6}                 # onnxruntime-genai writes it in the default domain
 QUANT = {"QuantizeLinear": 2, "DequantizeLinear": 2, "DynamicQuantizeLinear": 4}   # scale, round/saturate; min/max
 SOFTMAX = {"Softmax": 5, "LogSoftmax": 5}   # max, subtract, exp, sum, divide
 
@@ -602,6 +645,8 @@ for _key, (_cls, _cost) in ML_OPS.items():
 # ORT's inference: data.shape[:-1] + the indices' shape; its kernel: [1, n indices] for 1-D data (skl2onnx's KNN:
 # 4x5 inferred, 1x20 run, and a split cut there failed with ORT's error)
 flag("ai.onnx.ml:ArrayFeatureExtractor", shape_by_run=True)
+# ORT's inference: present key = the past key's shape (a shared buffer); its kernel: past + new positions
+flag("com.microsoft:GroupQueryAttention", shape_by_run=True)
 
 
 def markdown_table() -> str:
