@@ -249,3 +249,29 @@ def test_llm_and_detection_ops():
     gs = _row([helper.make_node("GridSample", ["x", "grid"], ["y"], name="gs")],
               [tensor("x", [1, 4, 8, 8]), tensor("grid", [1, 5, 6, 2])], [], {"": 17}, "gs")
     assert gs["out_shapes"] == "1x4x5x6" and gs["flops"] == 4 * 5 * 6 * 8
+
+
+def test_a_node_nothing_reads_runs_and_is_costed():
+    """ONNX Runtime runs a node none of whose outputs is read (3 us in a helper's model): its output gets a shape
+    and its bytes (it had shape '?', unknown cost and 0 bytes marked known); a Dropout's unread mask stays unwritten."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"), helper.make_node("Relu", ["m"], ["dead"], name="dead_relu"),
+             helper.make_node("Dropout", ["m"], ["y", "mask"], name="drop")]
+    df = metrics(nodes, [tensor("x", [2, 8])], [tensor("y", [2, 4])], [weight("w", (8, 4))])
+    assert df.loc["dead_relu", "out_shapes"] == "2x4" and df.loc["dead_relu", "flops"] == 8
+    assert df.loc["dead_relu", "act_out_bytes"] == 2 * 4 * 4 and df.loc["dead_relu", "cost_known"]
+    assert df.loc["drop", "act_out_bytes"] == 2 * 4 * 4          # y only: the mask nothing reads is not written
+
+
+def test_ort_symbolic_inference_past_its_time_limit_leaves_the_shapes_to_a_run(monkeypatch):
+    """ORT's symbolic inference ran 8 minutes on a torchvision Faster R-CNN (sympy on Slice bounds), in 02 and
+    again in 01, and found nothing the run of the last resort did not: past ORT_SYMBOLIC_TIMEOUT_S it gives up."""
+    from lib.onnx import shapes
+    nodes = [helper.make_node("Gelu", ["x"], ["g"], name="gelu", domain="com.microsoft"),   # onnx cannot type it
+             helper.make_node("Relu", ["g"], ["y"], name="relu")]
+    m = helper.make_model(helper.make_graph(nodes, "g", [tensor("x", [2, 8])], [tensor("y", None)]),
+                          opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    assert node_metrics(graph_of(m)).set_index("node").loc["gelu", "shape_source"] == "ort"
+    monkeypatch.setattr(shapes, "ORT_SYMBOLIC_TIMEOUT_S", 1e-6)
+    row = node_metrics(graph_of(m)).set_index("node").loc["gelu"]
+    assert row["shape_source"] == "executed" and row["out_shapes"] == "2x8"

@@ -191,7 +191,8 @@ def _rows(g: Graph, consts: set[str]) -> list[list]:
 
 def _node_bytes(ins, outs, consts, sget, tget, consumers, outputs) -> tuple:
     """A node's activation bytes read and written (None: a size unknown) and its weight bytes: constants are
-    weight bytes, the rest activations; an output nothing reads is never written."""
+    weight bytes, the rest activations; an output nothing reads is never written (a Dropout's mask), unless
+    nothing reads any of the node's outputs: ONNX Runtime runs it all the same, and writes its first."""
     act_in = act_out = w = 0
     for t in ins:
         if t in consts:
@@ -199,12 +200,11 @@ def _node_bytes(ins, outs, consts, sget, tget, consumers, outputs) -> tuple:
         elif act_in is not None:
             info = tget(t)
             act_in = None if info is None or info.nbytes is None else act_in + info.nbytes
-    for o in outs:
-        if o in consumers or o in outputs:
-            info = tget(o)
-            if info is None or info.nbytes is None:
-                return act_in, None, w
-            act_out += info.nbytes
+    for o in [o for o in outs if o in consumers or o in outputs] or outs[:1]:
+        info = tget(o)
+        if info is None or info.nbytes is None:
+            return act_in, None, w
+        act_out += info.nbytes
     return act_in, act_out, w
 
 

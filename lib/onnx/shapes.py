@@ -13,13 +13,16 @@ sym_shape_infer_temp.onnx into the working directory; we drive it ourselves).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from itertools import chain, filterfalse
 from pathlib import Path
 
@@ -101,14 +104,39 @@ def _ort_symbolic(model: onnx.ModelProto) -> onnx.ModelProto | None:
     logging.getLogger("_ort_symbolic_shape_infer").setLevel(logging.CRITICAL)
     mod.logger.setLevel(logging.CRITICAL)
     try:
-        ssi = mod.SymbolicShapeInference(2**31 - 1, True, False, 0)
-        ssi._preprocess(model)
-        while ssi.run_:
-            ssi._infer_impl()
-        ssi._update_output_from_vi()
-        return ssi.out_mp_
-    except Exception:  # noqa: BLE001 - keep what the other methods found
+        with _time_limit(ORT_SYMBOLIC_TIMEOUT_S):
+            ssi = mod.SymbolicShapeInference(2**31 - 1, True, False, 0)
+            ssi._preprocess(model)
+            while ssi.run_:
+                ssi._infer_impl()
+            ssi._update_output_from_vi()
+            return ssi.out_mp_
+    except Exception:  # noqa: BLE001 - keep what the other methods found (past the time limit too)
         return None
+
+
+# ORT's symbolic inference simplifies Slice bounds with sympy: 8 minutes on a torchvision Faster R-CNN, finding
+# nothing that the one run of the last resort did not (02 and 01 each paid it); past this, that run decides
+ORT_SYMBOLIC_TIMEOUT_S = 60
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """A TimeoutError raised in the block after `seconds` (SIGALRM: the main thread of a POSIX process only;
+    elsewhere no limit)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeoutError(f"over {seconds:g} s")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)     # then every second: code that swallows one goes on
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 # ---------------------------------------------------------------- static value propagation
@@ -316,7 +344,8 @@ def _parse(model: onnx.ModelProto, constants: bool = True) -> tuple[dict, set[st
 
 def _wanted(model: onnx.ModelProto, table=None) -> list[str]:
     """Node outputs that need a shape: read by a node or a graph output (a dead optional output, such as an
-    unused Dropout mask, is never computed), not Constant outputs (infer() leaves out the sequence typed ones).
+    unused Dropout mask, is never computed; of a node none of whose outputs is read, which runs all the same, its
+    first), not Constant outputs (infer() leaves out the sequence typed ones).
     `table`: the graph's NodeTable when the caller read it (200k protobuf nodes are not walked twice)."""
     g = model.graph
     table = table or NodeTable.of(g)
@@ -327,6 +356,8 @@ def _wanted(model: onnx.ModelProto, table=None) -> list[str]:
     used.discard("")
     outs = table.outputs if "Constant" not in table.ops else [os_ for op, os_ in zip(table.ops, table.outputs)
                                                                if op != "Constant"]
+    # a node nothing reads runs all the same (ONNX Runtime keeps it): its first output needs a shape too
+    used.update(os_[0] for os_ in outs if os_ and os_[0] and not any(map(used.__contains__, os_)))
     return list(filter(used.__contains__, chain.from_iterable(outs)))
 
 
