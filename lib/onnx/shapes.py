@@ -128,13 +128,17 @@ def _time_limit(seconds: float):
         yield
         return
 
+    armed = [True]
+
     def expire(signum, frame):
-        raise TimeoutError(f"over {seconds:g} s")
+        if armed[0]:        # one shot, never once the block is left
+            raise TimeoutError(f"over {seconds:g} s")
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)     # then every second: code that swallows one goes on
     try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
         yield
     finally:
+        armed[0] = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
