@@ -23,7 +23,8 @@ from lib.units import fmt_bytes, fmt_count
 
 
 def report(path, shapes, s, note) -> None:
-    print(f"{path}: {s['nodes']} nodes, inputs " + ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in shapes.items()))
+    print(f"{path}: {s['nodes']} nodes, inputs " + ", ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}"
+                                                          for k, v in shapes.items()))
     print(f"  MACs (Conv/Gemm/MatMul/RNN): {fmt_count(s['conv_gemm_matmul_macs'])}MAC  "
           f"= {fmt_count(2 * s['conv_gemm_matmul_macs'])}FLOP")
     print(f"  FLOPs, all known ops:     {fmt_count(s['total_flops'])}FLOP")

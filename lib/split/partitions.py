@@ -62,8 +62,8 @@ def pipeline_line(p: dict | None) -> str:
         q = p[pid]
         rows.append(f"  {pid}-optimal: cuts after {q['after_nodes']}, {q['est_latency_us'] / 1e3:.3f} ms end to end, "
                     f"period {q['period_us'] / 1e3:.3f} ms ({q['throughput_per_s'] or 0:.1f}/s), {q['est_energy_j'] * 1e3:.3f} mJ; "
-                    f"x{q['latency_ratio_vs_best_single'] or 0:.3f} latency, x{q['throughput_ratio_vs_best_single'] or 0:.3f} "
-                    f"throughput vs the fastest single device")
+                    f"speed-up over the fastest single device x{q['latency_ratio_vs_best_single'] or 0:.3f} (latency), "
+                    f"x{q['throughput_ratio_vs_best_single'] or 0:.3f} (throughput); below 1: slower")
     return "\n".join(rows)
 
 
