@@ -196,8 +196,9 @@ def stage_prediction(df: pd.DataFrame, measured: bool, host: dict, rdir: Path, m
     """Stage 03: t_pred_us per node (the baseline efficiency model, fused nodes 0) and merge_meta's
     `prediction`: the kernel model's session latency with its interval, the baseline beside it."""
     graph, fusion = _graph_and_fusions(df, measured, rdir, model)
-    if graph is not None:       # 02 charged 0 bytes to folded nodes, which ORT may run all the same
-        df = roofline(with_folded_run_bytes(graph, df), host)
+    fixed = with_folded_run_bytes(graph, df) if graph is not None else df
+    if fixed is not df:         # 02 charged 0 bytes to folded nodes that ORT runs all the same
+        df = roofline(fixed, host)
     t, info = predict_profile(df, baseline_host(host, latency_model_file), latency_model_file)
     df["t_pred_us"] = t
     if len(df) >= KERNEL_MODEL_MAX_NODES:

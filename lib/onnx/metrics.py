@@ -200,11 +200,17 @@ def _node_bytes(ins, outs, consts, sget, tget, consumers, outputs) -> tuple:
         elif act_in is not None:
             info = tget(t)
             act_in = None if info is None or info.nbytes is None else act_in + info.nbytes
-    for o in [o for o in outs if o in consumers or o in outputs] or outs[:1]:
-        info = tget(o)
-        if info is None or info.nbytes is None:
-            return act_in, None, w
-        act_out += info.nbytes
+    written = False
+    for o in outs:
+        if o in consumers or o in outputs:
+            written = True
+            info = tget(o)
+            if info is None or info.nbytes is None:
+                return act_in, None, w
+            act_out += info.nbytes
+    if not written and outs:
+        info = tget(outs[0])
+        return act_in, (None if info is None or info.nbytes is None else info.nbytes), w
     return act_in, act_out, w
 
 
