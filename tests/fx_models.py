@@ -54,3 +54,74 @@ def with_gate():
 
 def untraceable():
     return Untraceable()
+
+
+class DictOut(nn.Module):
+    """A submodule returning a dict of tensors (as Hugging Face's ModelOutput) behind untraceable control flow."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 32)
+
+    def forward(self, x):
+        if x.sum() > 1e9:          # data-dependent: the tracer keeps this module as a leaf
+            x = -x
+        return {"hidden": self.fc(x)}
+
+
+class DictWrap(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = DictOut()
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(self.inner(x)["hidden"])
+
+
+class Recurrent(nn.Module):
+    """nn.LSTM (2 layers, bidirectional) then a linear head: FlopCounterMode counts no LSTM on the CPU."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(8, 16, num_layers=2, bidirectional=True, batch_first=True)
+        self.fc = nn.Linear(32, 3)
+
+    def forward(self, x):
+        return self.fc(self.lstm(x)[0])
+
+
+class Encoder(nn.Module):
+    """nn.TransformerEncoder: its attention runs inside a module the registry has no class for."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, batch_first=True), 1)
+
+    def forward(self, x):
+        return self.enc(x)
+
+
+class Nothing(nn.Module):
+    def forward(self, x):
+        return x
+
+
+def dict_wrap():
+    return DictWrap()
+
+
+def recurrent():
+    return Recurrent()
+
+
+def encoder():
+    return Encoder()
+
+
+def nothing():
+    return Nothing()
+
+
+def raises():
+    raise ValueError("factory boom")

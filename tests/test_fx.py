@@ -89,3 +89,37 @@ def test_stage_script_outputs_and_bad_input(tmp_path):
                          (["--model", "tests.fx_models:fork_join", "--input-shape", "1x5x8x8"], "does not run")):
         r = run_stage("09_fx_partition.py", *args, "--results", tmp_path / "x")
         assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_macs_that_the_counter_sees_in_any_class_and_recurrent_nets():
+    """Every MAC FlopCounterMode counts (attention inside a TransformerEncoder, a dict-returning leaf module),
+    the hand count of an LSTM it does not count, and figures per sample at a batch of 4."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from tests import fx_models
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        for name, shape in (("encoder", [1, 10, 32]), ("dict_wrap", [1, 16])):
+            with torch.no_grad(), FlopCounterMode(display=False) as fc:
+                getattr(fx_models, name)().eval()(torch.randn(*shape))
+            s = analyze(f"tests.fx_models:{name}", shape)["summary"]
+            assert s["macs_conv_linear_matmul"] == fc.get_total_flops() / 2 > 0, name   # were 0 MAC
+    finally:
+        torch.backends.mha.set_fastpath_enabled(True)
+    res = analyze("tests.fx_models:recurrent", [2, 5, 8])
+    lstm = res["nodes"].set_index("kind").loc["LSTM"] if "LSTM" in set(res["nodes"]["kind"]) else \
+        res["nodes"][res["nodes"]["op_class"] == "recurrent"].iloc[0]
+    layer1, layer2 = 2 * 5 * 2 * 4 * 16 * (8 + 16), 2 * 5 * 2 * 4 * 16 * (32 + 16)    # dirs x steps x batch x gates
+    assert lstm["macs"] == layer1 + layer2 and lstm["cost_known"]                      # was 0, marked known
+    one, four = (analyze("tests.fx_models:fork_join", [b, 3, 8, 8])["hardware"].set_index(["hardware", "point"])
+                 for b in (1, 4))
+    assert four.loc[("desktop_i7_12700k", "batch1"), "latency_us"] == pytest.approx(
+        one.loc[("desktop_i7_12700k", "batch1"), "latency_us"], rel=1e-9)      # per sample, whatever the batch
+
+
+def test_bad_factories_and_empty_models_in_one_line(tmp_path):
+    for args, needle in ((["--model", "tests.fx_models:raises"], "tests.fx_models:raises() failed: ValueError"),
+                         (["--model", "tests.fx_models:nothing", "--input-shape", "1x8"], "computes nothing"),
+                         (["--model", "vit_b_16", "--input-shape", "1x3x64x64"], "does not run on input shape")):
+        r = run_stage("09_fx_partition.py", *args, "--results", tmp_path / "x")
+        assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)

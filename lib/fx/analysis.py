@@ -9,11 +9,12 @@ from __future__ import annotations
 import importlib
 import math
 import warnings
+from collections.abc import Mapping
 
 import pandas as pd
 
 from lib.errors import StageError
-from lib.onnx.ops import REGISTRY
+from lib.onnx.ops import RECURRENT, REGISTRY
 
 # FX node kinds (module types, functions, methods) -> the ONNX op of lib/onnx/ops.py's registry whose op class
 # and per-element FLOPs they share: one set of conventions for both sides
@@ -54,7 +55,10 @@ def load_torch_model(spec: str):
             factory = getattr(importlib.import_module(mod), fn)
         except (ImportError, AttributeError) as e:
             raise StageError(f"cannot import {spec}: {e}") from None
-        model = factory()
+        try:
+            model = factory()
+        except Exception as e:  # noqa: BLE001 - the user's factory: its error, in one line
+            raise StageError(f"{spec}() failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
     else:
         import torchvision
         names = torchvision.models.list_models(module=torchvision.models)
@@ -104,7 +108,28 @@ def _tensors(value):
         return [value]
     if isinstance(value, (list, tuple)):
         return [t for v in value for t in _tensors(v)]
+    if isinstance(value, Mapping):      # Hugging Face's ModelOutput, a dict of tensors: its submodule was dropped
+        return [t for v in value.values() for t in _tensors(v)]
     return []
+
+
+def rnn_flops(module, x_shape: list[int]) -> tuple[float, float] | None:
+    """(FLOPs, MACs) of an nn.LSTM / GRU / RNN on an input of x_shape, as stage 02 counts the ONNX op (per layer
+    and direction and step: gates x hidden x (input + hidden) MACs, plus the gate arithmetic): FlopCounterMode
+    counts none of it on the CPU (an LSTM read 0 FLOPs, marked known)."""
+    kind = {"LSTM": "LSTM", "GRU": "GRU", "RNN": "RNN"}.get(type(module).__name__)
+    if kind is None or len(x_shape) != 3:
+        return None
+    gates, gate_flops = RECURRENT[kind]
+    steps, batch = (x_shape[1], x_shape[0]) if module.batch_first else (x_shape[0], x_shape[1])
+    dirs, h = 2 if module.bidirectional else 1, module.hidden_size
+    macs = flops = 0.0
+    for layer in range(module.num_layers):
+        width = module.input_size if layer == 0 else h * dirs
+        m = dirs * steps * batch * gates * h * (width + h)
+        macs += m
+        flops += 2.0 * m + dirs * steps * batch * h * gate_flops
+    return flops, macs
 
 
 def _nbytes(ts) -> int:
@@ -173,10 +198,17 @@ def characterize(gm, example) -> pd.DataFrame:
             counted = fc.get_total_flops()
             numel_out = sum(t.numel() for t in outs)
             numel_in = sum(t.numel() for t in acts)
-            if n.op == "get_attr" or not outs:
-                flops, macs, known, cls = 0.0, 0.0, True, "shape" if not outs else "weight"
-            elif counted or cls in MAC_CLASSES:
+            rnn = rnn_flops(module, list(acts[0].shape)) if cls == "recurrent" and acts else None
+            if n.op == "get_attr":
+                flops, macs, known, cls = 0.0, 0.0, True, "weight"
+            elif rnn is not None:
+                (flops, macs), known = rnn, True
+            elif counted:       # matmuls, convs, attention: FlopCounterMode counts 2 per MAC, whatever the class
                 flops, macs, known = float(counted), float(counted) / 2, True
+            elif not outs:
+                flops, macs, known, cls = 0.0, 0.0, True, "shape"
+            elif cls in MAC_CLASSES:        # a MAC op the counter saw nothing of: not 0, unknown
+                flops, macs, known = float("nan"), float("nan"), False
             else:
                 flops, known = fx_cost(kind, module, n.args, numel_in, numel_out)
                 macs = 0.0 if known else float("nan")
@@ -202,6 +234,8 @@ def characterize(gm, example) -> pd.DataFrame:
             Recorder(gm).run(example)
     finally:
         torch.backends.mha.set_fastpath_enabled(fast)
+    if not rows:
+        raise StageError("the model computes nothing from its input (no node to analyse)")
     df = pd.DataFrame(rows)
     nb = df["in_bytes"] + df["out_bytes"] + df["weight_bytes"]
     df["ai_flop_per_byte"] = df["flops"] / nb.where(nb > 0)
