@@ -171,6 +171,26 @@ def fx_cost(kind: str, module, args, numel_in: int, numel_out: int) -> tuple[flo
     return float(op.per_element * numel_out), op.per_element is not None
 
 
+def _node_cost(n, kind: str, cls: str, module, counted: float, acts: list, outs: list) -> tuple:
+    """(FLOPs, MACs, known, op class) of one FX node run once: FlopCounterMode's count where it saw MACs
+    (matmuls, convs, attention: 2 per MAC, whatever the class), stage 02's recurrent formula for nn.LSTM & co (the
+    counter sees none of them), unknown for another MAC op it saw nothing of, else the registry's per-element
+    counts."""
+    rnn = rnn_flops(module, list(acts[0].shape)) if cls == "recurrent" and acts else None
+    if n.op == "get_attr":
+        return 0.0, 0.0, True, "weight"
+    if rnn is not None:
+        return rnn[0], rnn[1], True, cls
+    if counted:
+        return float(counted), float(counted) / 2, True, cls
+    if not outs:
+        return 0.0, 0.0, True, "shape"
+    if cls in MAC_CLASSES:
+        return float("nan"), float("nan"), False, cls
+    flops, known = fx_cost(kind, module, n.args, sum(t.numel() for t in acts), sum(t.numel() for t in outs))
+    return flops, 0.0 if known else float("nan"), known, cls
+
+
 def characterize(gm, example) -> pd.DataFrame:
     """Run the traced model once, node by node, and record each node's costs and shapes."""
     import torch
@@ -195,23 +215,8 @@ def characterize(gm, example) -> pd.DataFrame:
             acts = [t for t in ins if not any(t is w for w in weights)]
             kind = _kind(n, modules)
             cls = op_class(kind, module)
-            counted = fc.get_total_flops()
             numel_out = sum(t.numel() for t in outs)
-            numel_in = sum(t.numel() for t in acts)
-            rnn = rnn_flops(module, list(acts[0].shape)) if cls == "recurrent" and acts else None
-            if n.op == "get_attr":
-                flops, macs, known, cls = 0.0, 0.0, True, "weight"
-            elif rnn is not None:
-                (flops, macs), known = rnn, True
-            elif counted:       # matmuls, convs, attention: FlopCounterMode counts 2 per MAC, whatever the class
-                flops, macs, known = float(counted), float(counted) / 2, True
-            elif not outs:
-                flops, macs, known, cls = 0.0, 0.0, True, "shape"
-            elif cls in MAC_CLASSES:        # a MAC op the counter saw nothing of: not 0, unknown
-                flops, macs, known = float("nan"), float("nan"), False
-            else:
-                flops, known = fx_cost(kind, module, n.args, numel_in, numel_out)
-                macs = 0.0 if known else float("nan")
+            flops, macs, known, cls = _node_cost(n, kind, cls, module, fc.get_total_flops(), acts, outs)
             shape = list(outs[0].shape) if outs else []
             rows.append({
                 "node": n.name, "op": n.op, "kind": kind, "op_class": cls, "flops": flops, "macs": macs,
