@@ -84,6 +84,10 @@ def test_report_and_index_files(built):
     assert 'href="cnn/report.html"' in index and "cnn" in index
     summ = json.loads((rdir / "split_summary.json").read_text())
     assert summ["verdict"]["advice"] in html.replace("&#39;", "'").replace("&amp;", "&")
+    # each split's criterion is its exactness bound (it read "atol None, rtol None": 08's recorded options)
+    rep = json.loads((rdir / "validation_report.json").read_text())
+    rel = max(o["bound"] / o["scale"] for o in rep["splits"][0]["exactness"]["outputs"].values())
+    assert "atol None" not in html and f"bound {rel:.1e} of the output&#39;s scale" in html
 
 
 def summary_row(html: str, label: str) -> str:

@@ -208,6 +208,15 @@ def test_local_engine(zoo, tmp_path):
     entries = load_zoo(zoo / "zoo.yaml")
     jobs, records = plan(entries, root, settings)
     assert jobs == [] and records["conv@b2"]["cached"] and records["gone"]["status"] == "failed"
+    # another conv.onnx of the same stem, unreadable: the index no longer lists the earlier model's report as it
+    assert "conv@b2/report.html" in (root / "index.html").read_text()
+    bad = tmp_path / "other" / "conv.onnx"
+    bad.parent.mkdir()
+    bad.write_bytes(b"not an onnx model")
+    (tmp_path / "z2.yaml").write_text(yaml.safe_dump({"models": [{"model": str(bad), "batches": [2]}]}))
+    zoo_py(tmp_path / "z2.yaml", results=root)
+    index = (root / "index.html").read_text()
+    assert "conv@b2/report.html" not in index and "conv@b2 (failed in the zoo" in index
     shutil.rmtree(root / "conv@b2")
     jobs, records = plan(entries, root, settings)
     assert [j["entry"]["stem"] for j in jobs] == ["conv@b2"] and records["mlp@rows"]["cached"]

@@ -482,12 +482,20 @@ def exported_splits(art: Artifacts, bd: pd.DataFrame) -> dict:
         diff = s.get("max_abs_diff")
         out.append({"boundary": b, "after": node_label(s["after_node"], layer), "pass": bool(s.get("pass")),
                     "max_abs_diff": f"{diff:.2e}" if diff is not None else f"export failed: {s.get('error', '?')}",
-                    "atol": s.get("atol"), "rtol": s.get("rtol"),
+                    "bound": _bound_text(s),
                     "comm": nbytes(s.get("comm_bytes")), "image": img, "folder": f"splits/b{b}/",
                     "latency": ", ".join(f"{k.replace('_us', '')} {ms(v)}" for k, v in lat.items()),
                     "cut": table(["cut tensor", "max |part1 - full|", "max |value|", ""], cut)})
     return {"ok": True, "splits": out, "all_pass": rep.get("all_pass"),
             "note": "" if out else "stage 08 exported no split (no ranked candidate, or none asked for)"}
+
+
+def _bound_text(split: dict) -> str:
+    """The exactness check's criterion of a split: the largest bound of its outputs relative to their scale (the
+    report showed '(atol None, rtol None)': those are 08's recorded options, not the criterion)."""
+    outs = ((split.get("exactness") or {}).get("outputs") or {}).values()
+    rel = [o["bound"] / o["scale"] for o in outs if o.get("scale") and o.get("bound") is not None]
+    return f"bound {max(rel):.1e} of the output's scale, graph optimizations off" if rel else "exact match required"
 
 
 # ---------------------------------------------------------------- what-if
@@ -588,12 +596,22 @@ def _index_row(stem: str, f: dict) -> list:
                                         f"{ms(best['est_latency_us'])}, {mj(best['est_energy_j'])}"]
 
 
+def _zoo_failed(d: Path) -> bool:
+    """The folder's zoo record (lib/zoo/run.py's zoo_entry.json) says its last entry failed."""
+    try:
+        return json.loads((d / "zoo_entry.json").read_text()).get("status") not in (None, "ok")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def build_index(root: Path) -> tuple[str, int]:
     """results/index.html: every analysed model under `root`, side by side, each linked to its report."""
     rows, links, advice, pending = [], [], [], []
     for d in sorted(p for p in Path(root).iterdir() if p.is_dir()):
         meta = d / "report_meta.json"
-        if meta.exists():
+        if _zoo_failed(d):          # the report there is an earlier model's: the zoo entry of that name failed
+            pending.append(f"{d.name} (failed in the zoo: its earlier report is not listed)")
+        elif meta.exists():
             try:
                 f = json.loads(meta.read_text())["figures"]
             except (json.JSONDecodeError, KeyError):

@@ -46,6 +46,7 @@ def plan(entries: list[Entry], root: Path, settings: str) -> tuple[list[dict], d
     for e in entries:
         if e.problem:
             records[e.stem] = {"status": "failed", "error": e.problem, "cached": False}
+            _mark(root / e.stem, records[e.stem])
             continue
         key = entry_key(e, settings)
         rec = cached(root / e.stem, key)
@@ -56,11 +57,19 @@ def plan(entries: list[Entry], root: Path, settings: str) -> tuple[list[dict], d
             args = shape_args(e)
         except StageError as err:
             records[e.stem] = {"status": "failed", "error": str(err), "key": key, "cached": False}
+            _mark(root / e.stem, records[e.stem])
             continue
         entry = {"model": e.model, "shape_args": args, "preset": e.preset, "inputs_npz": e.inputs_npz,
                  "stem": e.stem, "resources": e.resources}
         jobs.append({"entry": entry, "key": key, "rdir": root / e.stem})
     return jobs, records
+
+
+def _mark(rdir: Path, record: dict) -> None:
+    """An entry that failed before running: its record in the folder an earlier model's results may hold under
+    the same name, so that the index does not list those figures as this entry's."""
+    if rdir.is_dir():
+        write_json(record, rdir / RECORD)
 
 
 class Tracker:
