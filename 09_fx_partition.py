@@ -38,9 +38,14 @@ def report(res: dict) -> None:
 
 def compare(a, shape) -> None:
     rows = []
-    for name in a.compare:
+    for name in a.compare:      # a model that cannot be analysed is said, by name, and left out of the table
         print(f"analysing {name} ...", file=sys.stderr, flush=True)
-        rows.append(compare_row(name, analyze(name, shape, a.max_fuse, a.hardware_dir)))
+        try:
+            rows.append(compare_row(name, analyze(name, shape, a.max_fuse, a.hardware_dir)))
+        except StageError as e:
+            print(f"warning: {name} left out of the comparison: {e}", file=sys.stderr, flush=True)
+    if not rows:
+        raise StageError("no model of --compare could be analysed (each one's reason above)")
     df = pd.DataFrame(rows)
     out = Path(a.results) if a.results else REPO / "results" / "fx_compare"
     write_csv(df, out / "fx_compare.csv")

@@ -123,3 +123,10 @@ def test_bad_factories_and_empty_models_in_one_line(tmp_path):
                          (["--model", "vit_b_16", "--input-shape", "1x3x64x64"], "does not run on input shape")):
         r = run_stage("09_fx_partition.py", *args, "--results", tmp_path / "x")
         assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_compare_leaves_out_a_model_it_cannot_analyse_by_name(tmp_path):
+    r = run_stage("09_fx_partition.py", "--compare", "tests.fx_models:fork_join", "tests.fx_models:untraceable",
+                  "--input-shape", "1x3x8x8", "--results", tmp_path)
+    assert r.returncode == 0 and "tests.fx_models:untraceable left out of the comparison: " in r.stderr, r.stderr
+    assert list(pd.read_csv(tmp_path / "fx_compare.csv")["model"]) == ["tests.fx_models:fork_join"]
