@@ -125,3 +125,21 @@ def nothing():
 
 def raises():
     raise ValueError("factory boom")
+
+
+class AttentionBlock(nn.Module):
+    """Self-attention, then LayerNorm(x + attention): the residual Add reads the graph input inside a fusion."""
+
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(64, 4, batch_first=True)
+        self.ln = nn.LayerNorm(64)
+        self.fc = nn.Linear(64, 64)
+
+    def forward(self, x):
+        y, _ = self.mha(x, x, x)
+        return self.fc(self.ln(x + y))
+
+
+def attention_block():
+    return AttentionBlock()

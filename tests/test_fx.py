@@ -130,3 +130,10 @@ def test_compare_leaves_out_a_model_it_cannot_analyse_by_name(tmp_path):
                   "--input-shape", "1x3x8x8", "--results", tmp_path)
     assert r.returncode == 0 and "tests.fx_models:untraceable left out of the comparison: " in r.stderr, r.stderr
     assert list(pd.read_csv(tmp_path / "fx_compare.csv")["model"]) == ["tests.fx_models:fork_join"]
+
+
+def test_a_fused_subgraph_reads_the_graph_input_it_uses():
+    """add(x, attention) + LayerNorm: x (1x10x64 fp32, 2,560 B) comes from no node; bytes_after left it out."""
+    sg = analyze("tests.fx_models:attention_block", [1, 10, 64])["subgraphs"].set_index("pattern")
+    row = sg.loc["add+LayerNorm"]
+    assert row["bytes_after"] == 2560 + 2560 + 2560 + 2 * 64 * 4      # x, attention in; its output; LayerNorm's weights

@@ -69,7 +69,9 @@ def fuse(nodes: pd.DataFrame, max_ops: int = 8) -> tuple[pd.DataFrame, np.ndarra
         inside = set(mem)
         internal = sub["out_bytes"].iloc[:-1].sum()      # every non-tail output is consumed only inside
         ext_in = sum(nodes["out_bytes"].iat[p] for m in mem for p in preds[m] if p not in inside)
-        ext_in += sum(nodes["in_bytes"].iat[m] for m in mem if not preds[m])       # graph inputs
+        # what a member reads from no node (a graph input), producers or not (an add+LayerNorm's x was left out)
+        ext_in += sum(max(0.0, nodes["in_bytes"].iat[m] - sum(nodes["out_bytes"].iat[p] for p in preds[m]))
+                      for m in mem)
         before = float((sub["in_bytes"] + sub["out_bytes"] + sub["weight_bytes"]).sum())
         after = float(ext_in + sub["out_bytes"].iat[-1] + sub["weight_bytes"].sum())
         rows.append({"subgraph": gid, "pattern": pattern(list(sub["kind"]), list(sub["op_class"])), "ops": len(mem),
