@@ -117,8 +117,8 @@ def rnn_flops(module, x_shape: list[int]) -> tuple[float, float] | None:
     """(FLOPs, MACs) of an nn.LSTM / GRU / RNN on an input of x_shape, as stage 02 counts the ONNX op (per layer
     and direction and step: gates x hidden x (input + hidden) MACs, plus the gate arithmetic): FlopCounterMode
     counts none of it on the CPU (an LSTM read 0 FLOPs, marked known)."""
-    kind = {"LSTM": "LSTM", "GRU": "GRU", "RNN": "RNN"}.get(type(module).__name__)
-    if kind is None or len(x_shape) != 3:
+    kind = type(module).__name__
+    if kind not in ("LSTM", "GRU", "RNN") or len(x_shape) != 3:
         return None
     gates, gate_flops = RECURRENT[kind]
     steps, batch = (x_shape[1], x_shape[0]) if module.batch_first else (x_shape[0], x_shape[1])

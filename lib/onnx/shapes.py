@@ -416,7 +416,9 @@ def infer(model: onnx.ModelProto, full_fn, feeds_fn, depth: int = 4, table=None)
         gaps = missing()
     if gaps:
         m2 = _ort_symbolic(model)
-        wrong = {o for n in model.graph.node if n.op_type in SHAPE_BY_RUN for o in n.output}
+        ops = table.ops if table is not None else [n.op_type for n in model.graph.node]
+        wrong = set() if SHAPE_BY_RUN.isdisjoint(ops) else \
+            {o for n in model.graph.node if n.op_type in SHAPE_BY_RUN for o in n.output}
         add({t: vi for t, vi in known_shapes(m2).items() if t not in wrong} if m2 is not None else {}, "ort")
         gaps = missing()
     note = ""
@@ -460,13 +462,20 @@ def _taken_branches(model, full_fn, feeds_fn, tensors, source, values, depth: in
     return reused
 
 
+def _branches(node, values: dict) -> tuple | None:
+    """(taken branch, other branch) of an If whose condition's value is known, else None (a branch absent: None)."""
+    cond = values.get(node.input[0]) if node.op_type == "If" and node.input else None
+    if cond is None:
+        return None
+    got = {a.name: a.g for a in node.attribute if a.name in ("then_branch", "else_branch")}
+    return (got.get("then_branch"), got.get("else_branch"))[::1 if bool(cond) else -1]
+
+
 def _retype_taken(model: onnx.ModelProto, values: dict, fixed: dict) -> None:
     """The taken If branches' value_info of the `fixed` tensors ({name: TensorInfo}) replaced, in place: the costs
     read a body's shapes from its value_info, where onnx's inference of the whole model wrote them."""
     for node in model.graph.node:
-        cond = values.get(node.input[0]) if node.op_type == "If" and node.input else None
-        body = next((a.g for a in node.attribute if a.name == ("then_branch" if cond else "else_branch")), None) \
-            if cond is not None else None
+        body = (_branches(node, values) or (None,))[0]
         if body is None:
             continue
         mine = {o for n in body.node for o in n.output} & set(fixed)
@@ -484,13 +493,11 @@ def _reused_names(model, values) -> set[str]:
     whatever the first pass shaped from such a name, downstream in the branch, may hold the other's shapes."""
     out = set()
     for node in model.graph.node:
-        cond = values.get(node.input[0]) if node.op_type == "If" and node.input else None
-        if cond is None:
-            continue
-        branches = {a.name: a.g for a in node.attribute if a.name in ("then_branch", "else_branch")}
-        taken, other = (branches.get("then_branch"), branches.get("else_branch"))[::1 if bool(cond) else -1]
-        if taken is not None and other is not None and _produced(taken) & _produced(other):
-            out |= _produced(taken)
+        taken, other = _branches(node, values) or (None, None)
+        if taken is not None and other is not None:
+            mine = _produced(taken)
+            if mine & _produced(other):
+                out |= mine
     return out
 
 
@@ -519,11 +526,10 @@ def _inline_taken(model: onnx.ModelProto, values: dict) -> onnx.ModelProto | Non
     (Identity nodes carry the branch outputs onto the If's outputs); None when there is no such If."""
     nodes, inits, infos, n = [], [], [], 0
     for node in model.graph.node:
-        cond = values.get(node.input[0]) if node.op_type == "If" and node.input else None
-        if cond is None:
+        body = (_branches(node, values) or (None,))[0]
+        if body is None:
             nodes.append(node)
             continue
-        body = next(a.g for a in node.attribute if a.name == ("then_branch" if bool(cond) else "else_branch"))
         nodes.extend(body.node)
         inits.extend(body.initializer)
         infos.extend(body.value_info)
