@@ -33,7 +33,7 @@ QDQ_FUSED = names_with("qdq_fused")         # ORT runs DequantizeLinear -> these
 INT_TYPES = {"int8", "uint8"}
 
 
-def _dequantized(g: Graph, t: str) -> str | None:
+def dequantized(g: Graph, t: str) -> str | None:
     """The 8-bit integer type ("int8", "uint8") tensor t is a DequantizeLinear's output of, else None."""
     p = g.producer.get(t)
     if p is None or g.op_types[p] != "DequantizeLinear":
@@ -48,10 +48,13 @@ def compute_dtype(n, g: Graph, dtype: str, mac_dtype: str) -> str:
     same for a Conv/MatMul/Gemm fed by DequantizeLinear of 8-bit tensors that ORT fuses into an integer kernel
     (QLinearConv, QLinearMatMul: the output goes to QuantizeLinear only; MatMulIntegerToFloat for a MatMul): its
     second input's type (a resnet18 QDQ export ran 1.15-1.6x slower with uint8 weights than with int8 ones);
-    else the node's element type (float16 where it is an fp16 node)."""
+    else the node's element type (float16 where it is an fp16 node). For a Conv/Gemm that is a guess on the fast
+    side (the roofline stays a bound): ORT leaves some in float (resnet18 from quantize_static: 14 of 20 convs,
+    whose biases the TorchScript exporter shared through Identity nodes); the prediction takes the type from the
+    kernel ORT runs (lib/latency/kernels.py, runs_in)."""
     if n.op_type in INT_MAC_OPS or mac_dtype in INT_TYPES:
         return mac_dtype if mac_dtype in INT_TYPES else "int8"
-    types = [_dequantized(g, t) for t in n.input[:2]] if n.op_type in QDQ_FUSED and len(n.input) >= 2 else [None]
+    types = [dequantized(g, t) for t in n.input[:2]] if n.op_type in QDQ_FUSED and len(n.input) >= 2 else [None]
     if all(types):
         cons = [g.op_types[c] for o in n.output for c in g.consumers.get(o, ())]
         if n.op_type == "MatMul" or (cons and all(c == "QuantizeLinear" for c in cons)):
