@@ -275,3 +275,48 @@ def test_ort_symbolic_inference_past_its_time_limit_leaves_the_shapes_to_a_run(m
     monkeypatch.setattr(shapes, "ORT_SYMBOLIC_TIMEOUT_S", 1e-6)
     row = node_metrics(graph_of(m)).set_index("node").loc["gelu"]
     assert row["shape_source"] == "executed" and row["out_shapes"] == "2x8"
+
+
+def _ort_shape(nodes, inputs, inits, opsets) -> str:
+    """The output shape ONNX Runtime writes for the model _row builds (random inputs)."""
+    import numpy as np
+    import onnxruntime as ort
+    m = helper.make_model(helper.make_graph(nodes, "tiny", inputs, [tensor(o, None) for o in nodes[0].output[:1]],
+                                            initializer=list(inits)),
+                          opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
+    m.ir_version = 10
+    feeds = {i.name: np.random.default_rng(0).standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
+             .astype(np.float32) for i in inputs}
+    y = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    return "x".join(map(str, y.shape))
+
+
+def test_dft_deform_conv_col2im_and_rotary_embedding():
+    """Ops that were of unknown cost, each run by ONNX Runtime (the shape 02 costs is the one ORT writes): DFT (one
+    transform per signal: radix-2 5 n log2 n for a power-of-two length, else 8 n per bin; the axis from the
+    attribute before opset 20, from input 2 after), DeformConv (the conv's MACs plus 9 FLOPs per offset sample),
+    Col2Im (one add per patch value) and RotaryEmbedding (3 per element)."""
+    import numpy as np
+    from onnx import numpy_helper
+    cases = [  # nodes, inputs, initializers, opsets, expected (out shape, FLOPs, MACs)
+        ([helper.make_node("DFT", ["s"], ["y"], name="op", onesided=0)], [tensor("s", [2, 8, 1])], [], {"": 17},
+         ("2x8x2", 2 * 5 * 8 * 3, 0)),
+        ([helper.make_node("DFT", ["s"], ["y"], name="op", onesided=1)], [tensor("s", [1, 6, 1])], [], {"": 17},
+         ("1x4x2", 8 * 6 * 4, 0)),
+        ([helper.make_node("DFT", ["s", "", "ax"], ["y"], name="op")], [tensor("s", [3, 4, 16, 1])],
+         [numpy_helper.from_array(np.array(-2, np.int64), "ax")], {"": 20}, ("3x4x16x2", 12 * 5 * 16 * 4, 0)),
+        ([helper.make_node("DeformConv", ["x", "w", "off"], ["y"], name="op")],
+         [tensor("x", [1, 2, 5, 5]), tensor("off", [1, 18, 3, 3])], [weight("w", (3, 2, 3, 3))], {"": 19},
+         ("1x3x3x3", 2 * 27 * 18 + 9 * 9 * 2 * 9, 27 * 18)),
+        ([helper.make_node("Col2Im", ["x", "hw", "bs"], ["y"], name="op")], [tensor("x", [1, 8, 9])],
+         [numpy_helper.from_array(np.array([4, 4], np.int64), "hw"), numpy_helper.from_array(np.array([2, 2], np.int64), "bs")],
+         {"": 18}, ("1x2x4x4", 8 * 9, 0)),
+    ]
+    for nodes, inputs, inits, opsets, (shape, flops, macs) in cases:
+        r = _row(nodes, inputs, inits, opsets, "op")
+        assert (r["out_shapes"], r["flops"], r["macs"]) == (shape, flops, macs), (nodes[0].op_type, r.to_dict())
+        assert _ort_shape(nodes, inputs, inits, opsets) == shape
+    rope = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], name="op", domain="com.microsoft")
+    r = _row([rope], [tensor("x", [1, 4, 32]), tensor("pos", [1, 4], TensorProto.INT64)],
+             [weight("cos", (16, 16)), weight("sin", (16, 16))], {"": 17, "com.microsoft": 1}, "op")
+    assert r["flops"] == 3 * 4 * 32 and r["cost_known"]

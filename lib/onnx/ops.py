@@ -366,9 +366,62 @@ def stft(node, g):
     n = int(length) if length is not None else n
     if not n:
         return None
-    transforms = y[0] * y[1]
-    flops = 5.0 * n * math.log2(n) if n & (n - 1) == 0 else 8.0 * n * y[2]
-    return transforms * flops, 0.0
+    return y[0] * y[1] * _fft_flops(n, y[2]), 0.0
+
+
+def _fft_flops(n: int, bins: int) -> float:
+    """One transform of n samples into `bins` outputs as ONNX Runtime computes it: radix-2 FFT for a power-of-two
+    length (5 n log2 n, the usual count), else the direct sum (8 FLOPs per sample and bin)."""
+    return 5.0 * n * math.log2(n) if n & (n - 1) == 0 else 8.0 * n * bins
+
+
+@register("DFT", op_class="reduce")
+def dft(node, g):
+    """One transform per signal along `axis` (opset 20: input 2, default -2; before: the attribute, default 1) of
+    dft_length samples (input 1, else the axis' length): input (..., n, 1 or 2), output (..., bins, 2)."""
+    x, y = _shape(g, node, 0), _shape(g, node, 0, outputs=True)
+    if x is None or y is None or len(x) != len(y) or len(x) < 3:
+        return None
+    opset = next((o.version for o in g.model.opset_import if o.domain in ("", "ai.onnx")), 17)
+    axis = g.value_of(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    axis = int(axis) if axis is not None else _attr(node, "axis", -2 if opset >= 20 else 1)
+    axis %= len(x)
+    length = g.value_of(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    n = int(length) if length is not None else x[axis]
+    if not n:
+        return None
+    transforms = _numel(x) // (x[axis] * x[-1])
+    return transforms * _fft_flops(n, y[axis]), 0.0
+
+
+register("Col2Im", op_class="data_movement")(lambda node, g: None if _shape(g, node, 0) is None
+                                              else (float(_numel(_shape(g, node, 0))), 0.0))   # adds each patch value
+
+
+@register("DeformConv", op_class=_conv_class(1), weight_input=1, weight_axis=lambda node: 0)
+def deform_conv(node, g):
+    """A convolution's MACs over samples taken at learned offsets: per output position, input channel and kernel
+    tap one bilinear sample (4 taps: 8 FLOPs) and its mask multiply, 9 FLOPs."""
+    x, w, y = _shape(g, node, 0), _shape(g, node, 1), _shape(g, node, 0, outputs=True)
+    macs = conv_macs(node, g, 1)
+    if macs is None or x is None or len(x) < 3:
+        return None
+    samples = y[0] * _numel(y[2:]) * x[1] * _numel(w[2:])
+    return 2.0 * macs + 9.0 * samples, float(macs)
+
+
+@register("Det", op_class="reduce")
+def det(node, g):
+    """An LU decomposition per (..., n, n) matrix: 2/3 n^3."""
+    x = _shape(g, node, 0)
+    return None if x is None or len(x) < 2 else (_numel(x[:-2]) * 2.0 * x[-1] ** 3 / 3.0, 0.0)
+
+
+@register("TfIdfVectorizer", op_class="reduce")
+def tfidf(node, g):
+    """Each input token starts up to max_gram_length n-gram lookups; each output count is weighted once."""
+    x, n = _shape(g, node, 0), _out_numel(node, g)
+    return None if x is None or n is None else (float(_numel(x) * _attr(node, "max_gram_length", 1) + n), 0.0)
 
 
 # gates and gate arithmetic per hidden unit and step (README "Cost model"): LSTM 3 sigmoid + 2 tanh + 4
@@ -414,21 +467,29 @@ ELEMENTWISE = {  # FLOPs per output element (a documented convention, not a meas
     "GreaterOrEqual": 1, "LessOrEqual": 1, "And": 1, "Or": 1, "Xor": 1, "Not": 1, "Where": 1, "BitShift": 1,
     "IsNaN": 1, "IsInf": 1, "Sin": 1, "Cos": 1, "Tan": 1, "Asin": 1, "Acos": 1, "Atan": 1, "Sinh": 1, "Cosh": 1,
     "Asinh": 1, "Acosh": 1, "Atanh": 1, "BitwiseAnd": 1, "BitwiseOr": 1, "BitwiseXor": 1, "BitwiseNot": 1,
+    # x * cos + rotate(x) * sin (opset 23, and ORT's contrib form that LLM exports carry)
+    "RotaryEmbedding": 3, "com.microsoft:RotaryEmbedding": 3, "com.microsoft:BiasDropout": 2,
+    # window functions: a cosine term or two per sample (audio front ends); the mel filter bank: a triangle
+    "HannWindow": 3, "HammingWindow": 3, "BlackmanWindow": 5, "MelWeightMatrix": 2,
+    "AffineGrid": 6,            # per output coordinate: a row of the 2x3 (3x4) affine matrix
 }
 VARIADIC = {"Sum": 1, "Mean": 1, "Max": 1, "Min": 1}
 ACTIVATIONS = {
     "Relu": 1, "ThresholdedRelu": 1, "Clip": 2, "LeakyRelu": 2, "PRelu": 2, "Elu": 3, "Selu": 4, "Celu": 4,
     "Sigmoid": 4, "HardSigmoid": 3, "HardSwish": 4, "Tanh": 5, "Softplus": 3, "Softsign": 3, "Mish": 8, "Erf": 5,
     "Gelu": 8, "Shrink": 2, "com.microsoft:FastGelu": 8, "com.microsoft:BiasGelu": 9, "com.microsoft:QuickGelu": 5,
-    "Swish": 5,
+    "Swish": 5, "com.microsoft:BiasSplitGelu": 11,    # bias add on both halves, Gelu on one, their product
 }
 NORMS = {"BatchNormalization": 2,           # inference: y = x * scale' + shift'
          "InstanceNormalization": 8, "LayerNormalization": 8, "GroupNormalization": 8,   # mean, var, normalise,
          "RMSNormalization": 6, "com.microsoft:SimplifiedLayerNormalization": 6,       # scale, shift
          "com.microsoft:SkipLayerNormalization": 9, "com.microsoft:SkipSimplifiedLayerNormalization": 7,
          "com.microsoft:EmbedLayerNormalization": 10,       # word + position (+ segment) embeddings, then LayerNorm
-         "SimplifiedLayerNormalization": 6}                 # onnxruntime-genai writes it in the default domain
-QUANT = {"QuantizeLinear": 2, "DequantizeLinear": 2, "DynamicQuantizeLinear": 4}   # scale, round/saturate; min/max
+         "SimplifiedLayerNormalization": 6,                 # onnxruntime-genai writes it in the default domain
+         "MeanVarianceNormalization": 8, "LpNormalization": 4,
+         "com.microsoft:GroupNorm": 8, "com.microsoft:SkipGroupNorm": 9}   # ORT's fusions of diffusion UNets
+QUANT = {"QuantizeLinear": 2, "DequantizeLinear": 2, "DynamicQuantizeLinear": 4,   # scale, round/saturate; min/max
+         "com.microsoft:GatherBlockQuantized": 2}       # the rows it gathers, dequantized
 SOFTMAX = {"Softmax": 5, "LogSoftmax": 5}   # max, subtract, exp, sum, divide
 
 for _table, _cls in ((ELEMENTWISE, "elementwise"), (ACTIVATIONS, "activation"), (NORMS, "norm"),
@@ -468,6 +529,7 @@ def reduce_(node, g):
 
 
 register("Resize", "Upsample", op_class="data_movement", per_element=4)(_per_element(4))   # up to bilinear: 4 taps
+register("Hardmax", op_class="reduce")(_per_element(2))       # the maximum along the axis, then the one-hot
 
 
 # ---------------------------------------------------------------- zero-FLOP ops (bytes still count)
@@ -482,6 +544,8 @@ register("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", 
          "Compress", "ReverseSequence", "EyeLike", "SequenceAt", "SequenceConstruct", "SplitToSequence",
          "ConcatFromSequence", "SequenceInsert", "SequenceEmpty", "SequenceLength", "TopK", "NonMaxSuppression",
          "Optional", "OptionalGetElement", "OptionalHasElement", "CumSum", "Unique",
+         "CumProd", "MaxUnpool", "CenterCropPad", "BitCast", "SequenceErase", "com.microsoft:Trilu",
+         "com.microsoft:Unique", "StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
          op_class="data_movement", per_element=0)(_free)
 register("Shape", "Size", "Constant", "ConstantOfShape", "Range", op_class="shape", per_element=0)(_free)
 SHAPE_OPS = {k for k, op in REGISTRY.items() if op.op_class == "shape"}
