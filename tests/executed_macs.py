@@ -19,6 +19,7 @@ Counted (FLOPs = 2 x MACs for these; bias additions are not MACs):
                                       gates 4 / 3 / 1 (sequence_lens is ignored: full seq_len)
   com.microsoft DynamicQuantizeLSTM (as LSTM), DynamicQuantizeMatMul, MatMulIntegerToFloat,
   FusedMatMul (transA/transB), QGemm (as Gemm), MatMulNBits (rows of A x the N and K attributes)
+  DeformConv                          as Conv (its offset sampling is not MACs)
 Everything else counts 0 MACs.
 
 Notes found on real runs (onnxruntime 1.31):
@@ -45,7 +46,7 @@ MAC_OPS = {"Conv", "ConvInteger", "QLinearConv", "ConvTranspose", "Gemm", "MatMu
            "QLinearMatMul", "Einsum", "LSTM", "GRU", "RNN",
            # com.microsoft forms that appear in files (quantize_dynamic, older ORT-optimized exports)
            "DynamicQuantizeLSTM", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "FusedMatMul", "QGemm",
-           "MatMulNBits"}
+           "MatMulNBits", "DeformConv"}
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1, "DynamicQuantizeLSTM": 4}
 
 
@@ -189,7 +190,7 @@ def _rnn(op, shapes, attrs):
 
 def node_macs(op, in_shapes, out_shapes, attrs) -> int:
     """MACs of one executed kernel from its shapes (list of dims lists) and attributes."""
-    if op in ("Conv", "ConvInteger"):
+    if op in ("Conv", "ConvInteger", "DeformConv"):
         return _conv(in_shapes[0], in_shapes[1], out_shapes[0])
     if op == "QLinearConv":
         return _conv(in_shapes[0], in_shapes[3], out_shapes[0])

@@ -298,6 +298,7 @@ def test_dft_deform_conv_col2im_and_rotary_embedding():
     Col2Im (one add per patch value) and RotaryEmbedding (3 per element)."""
     import numpy as np
     from onnx import numpy_helper
+    from executed_macs import executed_macs
     cases = [  # nodes, inputs, initializers, opsets, expected (out shape, FLOPs, MACs)
         ([helper.make_node("DFT", ["s"], ["y"], name="op", onesided=0)], [tensor("s", [2, 8, 1])], [], {"": 17},
          ("2x8x2", 2 * 5 * 8 * 3, 0)),
@@ -316,6 +317,14 @@ def test_dft_deform_conv_col2im_and_rotary_embedding():
         r = _row(nodes, inputs, inits, opsets, "op")
         assert (r["out_shapes"], r["flops"], r["macs"]) == (shape, flops, macs), (nodes[0].op_type, r.to_dict())
         assert _ort_shape(nodes, inputs, inits, opsets) == shape
+    deform = cases[3]
+    m = helper.make_model(helper.make_graph(deform[0], "g", deform[1], [tensor("y", None)], initializer=deform[2]),
+                          opset_imports=[helper.make_opsetid("", 19)])
+    m.ir_version = 10
+    path = Path(__import__("tempfile").mkdtemp()) / "deform.onnx"
+    onnx.save(m, str(path))
+    feeds = {i.name: np.ones([d.dim_value for d in i.type.tensor_type.shape.dim], np.float32) for i in deform[1]}
+    assert executed_macs(path, feeds)["total"] == 27 * 18        # the MACs ONNX Runtime ran
     rope = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], name="op", domain="com.microsoft")
     r = _row([rope], [tensor("x", [1, 4, 32]), tensor("pos", [1, 4], TensorProto.INT64)],
              [weight("cos", (16, 16)), weight("sin", (16, 16))], {"": 17, "com.microsoft": 1}, "op")
