@@ -3,8 +3,10 @@
 
 Node weights are 01's measured latency (via ops_profile.csv); with no profile, 03's predicted time (the
 calibrated latency model; the roofline when there is none), or the roofline lower bound on request.
-Summary: critical-path time, sum of node times, parallelism (sum / critical), topological stages (ASAP
-levels) and the most ops in one stage.
+The critical path is the longest chain ending at a node that writes a graph output (a node whose outputs nothing
+reads runs, but ends no chain). Summary: critical-path time, sum of node times, parallelism (sum / critical: the
+average concurrency the graph would allow on unlimited cores), topological stages (ASAP levels) and the most ops
+in one stage.
 """
 import numpy as np
 import pandas as pd
@@ -35,8 +37,12 @@ def main(argv=None):
     w, unknown = known_or_zero(prof[col])
     preds = arrays.preds()
     names = list(arrays.names)
-    start, finish, path = longest_path(len(w), preds, w)
-    s = summary(w, finish, stages(len(w), preds))
+    outputs = np.zeros(len(w), bool)
+    outputs[arrays.t_prod[arrays.t_output & (arrays.t_prod >= 0)]] = True
+    start, finish, path = longest_path(len(w), preds, w, ends=outputs)     # a chain to something the model returns
+    s = summary(w, finish, stages(len(w), preds), path)
+    dead = ~arrays.live()
+    s.update(dead_nodes=int(dead.sum()), dead_node_us=float(w[dead].sum()))
     cp = pd.DataFrame({"order": np.arange(len(path)), "node": [names[i] for i in path],
                        "op_type": [prof["op_type"].iat[i] for i in path], "layer": [prof["layer"].iat[i] for i in path],
                        "start_us": start[path], "finish_us": finish[path], "latency_us": w[path]})
@@ -47,6 +53,9 @@ def main(argv=None):
     print(f"weights: {use} ({col})" + (f"; {unknown} nodes of unknown time counted as 0" if unknown else ""))
     print(f"critical path: {s['critical_path_us'] / 1e3:.3f} ms over {len(path)} of {len(w)} nodes; "
           f"sum of node times {s['sum_node_us'] / 1e3:.3f} ms; parallelism {s['parallelism']:.2f}x")
+    if s["dead_nodes"]:
+        print(f"{s['dead_nodes']} nodes whose outputs nothing reads ({s['dead_node_us'] / 1e3:.3f} ms) run but lead to "
+              f"no output: on no path")
     print(f"topological stages: {s['stages']}; max ops in one stage: {s['max_ops_per_stage']} (stage {s['widest_stage']})")
     print(f"wrote {a.rdir / 'critical_path.csv'}")
 

@@ -47,6 +47,28 @@ def test_critical_path_by_hand():
     assert [g.names[i] for i in path] == ["a", "f"] and finish.max() == 22.0
 
 
+def test_the_critical_path_ends_at_an_output_not_at_a_node_nothing_reads(tmp_path):
+    """A node whose output nothing reads (an exporter's leftover) runs, but ends no chain: 04's path was that node
+    alone (100 us, against the 54 us chain to the output), and on a tie the path stopped at the producer of a 0 us
+    output node ORT fused. Stage 04 on a model with both: a -> b -> out (b's Add fused: 0 us) and a -> dead."""
+    from lib.onnx.graph import graph_arrays
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="a"), helper.make_node("Relu", ["a"], ["b"], name="b"),
+             helper.make_node("Add", ["b", "b"], ["out"], name="join"),
+             helper.make_node("Sigmoid", ["a"], ["unread"], name="dead")]
+    g = build_graph(make_model(nodes, [tensor("x", [4])], [tensor("out", [4])]))
+    arrays = graph_arrays(g, set())
+    assert arrays.live().tolist() == [True, True, True, False]
+    w = np.array([3.0, 5.0, 0.0, 100.0])
+    ends = np.zeros(4, bool)
+    ends[2] = True
+    preds = arrays.preds()
+    _, finish, path = longest_path(4, preds, w, ends=ends)
+    assert [g.names[i] for i in path] == ["a", "b", "join"]
+    assert summary(w, finish, stages(4, preds), path)["critical_path_us"] == 8.0
+    _, _, path = longest_path(4, preds, w)           # any end (the FX side): the longest chain of all
+    assert [g.names[i] for i in path] == ["a", "dead"]
+
+
 def test_amdahl_known_numbers():
     assert amdahl(0.5, 2.0) == pytest.approx(4 / 3)
     assert amdahl(1.0, 10.0) == pytest.approx(10.0)

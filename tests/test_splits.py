@@ -243,6 +243,14 @@ def test_nothing_crosses_is_pruned(tmp_path):
     make_model(nodes, [tensor("x", [1, 64])], [tensor("y1", None), tensor("y2", None)], path=model)
     df = run07(tmp_path / "two", model)
     assert df.loc["r", "n_cut_tensors"] == 0 and df.loc["r", "left_graph_outputs"] == 1 and not df.loc["r", "pruned"]
+    # a node nothing reads after the output: the cut before it leaves B nothing the model returns (it was ranked
+    # #2, and 08 failed its export: "the right part computes nothing the model returns")
+    nodes = [helper.make_node("Neg", ["x"], ["a"], name="a"), helper.make_node("Relu", ["a"], ["y"], name="y"),
+             helper.make_node("Sigmoid", ["a"], ["unread"], name="dead")]
+    make_model(nodes, [tensor("x", [1, 64])], [tensor("y", None)], path=model)
+    df = run07(tmp_path / "tail", model)
+    assert df.loc["y", "right_graph_outputs"] == 0 and df.loc["y", "pruned_by"] == "nothing_returned"
+    assert df.loc["a", "right_graph_outputs"] == 1 and not df.loc["a", "pruned"]
 
 
 def test_a_cut_after_a_constant_is_the_cut_before_it(tmp_path):

@@ -4,8 +4,11 @@ from __future__ import annotations
 import numpy as np
 
 
-def longest_path(n: int, preds: list[list[int]], weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """Nodes are in topological order. Returns (start, finish, path) where path is the critical chain."""
+def longest_path(n: int, preds: list[list[int]], weight: np.ndarray,
+                 ends: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Nodes are in topological order. Returns (start, finish, path) where path is the critical chain: the one
+    that finishes last among those ending at a node of `ends` (bool per node; default any node), at the latest
+    such node on a tie (a 0 us output node ORT fused ends the chain, not its producer)."""
     start = np.zeros(n)
     finish = np.zeros(n)
     via = np.full(n, -1)
@@ -17,9 +20,10 @@ def longest_path(n: int, preds: list[list[int]], weight: np.ndarray) -> tuple[np
         start[i] = best
         via[i] = arg
         finish[i] = best + weight[i]
+    eligible = np.ones(n, bool) if ends is None or not np.any(ends) else np.asarray(ends, bool)
     if n == 0:
         return start, finish, []
-    end = int(np.argmax(finish))
+    end = int(np.flatnonzero(eligible & (finish == finish[eligible].max()))[-1])
     path = []
     while end >= 0:
         path.append(end)
@@ -36,8 +40,9 @@ def stages(n: int, preds: list[list[int]]) -> np.ndarray:
     return level
 
 
-def summary(weight: np.ndarray, finish: np.ndarray, level: np.ndarray) -> dict:
-    crit = float(finish.max()) if len(finish) else 0.0
+def summary(weight: np.ndarray, finish: np.ndarray, level: np.ndarray, path: list[int] | None = None) -> dict:
+    """path: the critical chain (its last node's finish is the critical time), else the latest finish."""
+    crit = float(finish[path[-1]]) if path else float(finish.max()) if len(finish) else 0.0
     total = float(weight.sum())
     counts = np.bincount(level) if len(level) else np.array([0])
     return {"critical_path_us": crit, "sum_node_us": total, "max_node_us": float(weight.max()) if len(weight) else 0.0,

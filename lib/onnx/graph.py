@@ -409,6 +409,18 @@ class GraphArrays:
             out.append(list(dict.fromkeys(int(p) for p in ps if p >= 0)))
         return out
 
+    def live(self) -> np.ndarray:
+        """Per node: one of its outputs reaches a graph output. ORT runs a node nothing reads all the same (an
+        exporter's leftover); a part exported without it does not need it, and no critical path ends there."""
+        live = np.zeros(len(self.names), bool)
+        live[self.t_prod[self.t_output & (self.t_prod >= 0)]] = True
+        prod = self.t_prod[self.in_t]
+        for i in range(len(self.names) - 1, -1, -1):     # consumers come later in topological order
+            if live[i]:
+                ps = prod[self.in_ptr[i]:self.in_ptr[i + 1]]
+                live[ps[ps >= 0]] = True
+        return live
+
     def succs(self) -> list[list[int]]:
         out: list[list[int]] = [[] for _ in range(len(self.names))]
         for i, ps in enumerate(self.preds()):

@@ -80,13 +80,14 @@ def cut_graph(a: GraphArrays) -> CutGraph:
 
 
 def real_ops(a: GraphArrays) -> np.ndarray:
-    """Per op: it has an output that is not computed from constants alone. A constant-only op (Identity of a
-    weight, a Constant) is recomputed by the part that reads its output: a device running only such ops runs
-    nothing of the model, so each device must get at least one real op."""
+    """Per op: it has an output that is not computed from constants alone, and leads to a graph output. A
+    constant-only op (Identity of a weight, a Constant) is recomputed by the part that reads its output, and a part
+    is exported without the ops whose outputs nothing reads: a device running only such ops runs nothing of the
+    model, so each device must get at least one real op (a 3-device pipeline put a dead MatMul alone on C)."""
     made = a.t_prod >= 0
     real = np.zeros(len(a.names), bool)
     real[a.t_prod[made & ~a.t_const]] = True
-    return real
+    return real & a.live()
 
 
 def min_cut(cg: CutGraph, cost_a: np.ndarray, cost_b: np.ndarray, cost_x: np.ndarray,

@@ -131,15 +131,15 @@ def device_times(prof: pd.DataFrame, latency: np.ndarray | None, dev: dict) -> n
     return modelled_times(flops, nbytes, float(dev["peak_flops_per_s"]), float(dev["mem_bw_bytes_per_s"]), ec, em, ovh)
 
 
-def left_graph_outputs(g, n_boundaries: int) -> np.ndarray:
-    """Per boundary, how many graph outputs the left part finishes (produced at or before node b).
-    `g`: a lib.onnx.graph.Graph or GraphArrays."""
+def left_graph_outputs(g, n_boundaries: int) -> tuple[np.ndarray, int]:
+    """(per boundary, how many graph outputs the left part finishes (produced at or before node b); how many graph
+    outputs nodes produce). `g`: a lib.onnx.graph.Graph or GraphArrays."""
     if hasattr(g, "t_output"):
         pos = g.t_prod[g.t_output & (g.t_prod >= 0)]
     else:
         pos = [g.producer[t] for t in g.graph_outputs if t in g.producer]
     d = np.bincount(np.asarray(pos, dtype=np.int64), minlength=len(g.names) + 1)
-    return np.cumsum(d)[:n_boundaries]
+    return np.cumsum(d)[:n_boundaries], len(pos)
 
 
 def add_costs(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None, system: dict, g=None) -> pd.DataFrame:
@@ -162,7 +162,8 @@ def add_costs(df: pd.DataFrame, prof: pd.DataFrame, latency: np.ndarray | None, 
     layers = prof["layer"].fillna("").astype(str).to_numpy() if "layer" in prof else np.full(len(prof), "")
     df["after_layer"] = layers[:nb_]
     if g is not None:
-        df["left_graph_outputs"] = left_graph_outputs(g, nb_)
+        df["left_graph_outputs"], n_outputs = left_graph_outputs(g, nb_)
+        df["right_graph_outputs"] = n_outputs - df["left_graph_outputs"]
     return df
 
 
@@ -282,6 +283,9 @@ def _static_rules(df: pd.DataFrame, r: dict, reasons: Reasons) -> None:
     if "left_graph_outputs" in df:
         reasons.flag((df["n_cut_tensors"] == 0) & (df["left_graph_outputs"] == 0), "nothing_crosses",
                      "nothing crosses: no cut tensor and no graph output finished on the left")
+    if "right_graph_outputs" in df:     # what is left to run are nodes whose outputs nothing reads
+        reasons.flag(df["right_graph_outputs"] == 0, "nothing_returned",
+                     "the right part computes nothing the model returns")
     # after a Constant (or any node of no work whose output crosses nowhere) the cut is the one before it: the same
     # tensors cross, the same work on each side (an MLP's cut after /Constant_2 outranked the one after /Mul by
     # 0.25 ns of rounding and took an export slot)
