@@ -51,6 +51,12 @@ ifneq ($(filter all,$(or $(MAKECMDGOALS),all)),)
 $(shell mkdir -p $(R); printf '%s\n' "$(SPEC_TEXT)" | cmp -s - $(SPEC_STAMP) || printf '%s\n' "$(SPEC_TEXT)" > $(SPEC_STAMP))
 $(shell printf '%s\n' "$(PROFILE_TEXT)" | cmp -s - $(PROFILE_STAMP) || printf '%s\n' "$(PROFILE_TEXT)" > $(PROFILE_STAMP))
 endif
+# Another config file given by path (SYSTEM=my_system.yaml) must re-run what reads it even when that file is older
+# than the results: one stamp per config variable records its path (an edit of the file itself: its mtime)
+CONFIG_VARS := HOST WORKLOAD OFFLOAD SYSTEM LATENCY_MODEL
+ifneq ($(filter all,$(or $(MAKECMDGOALS),all)),)
+$(foreach v,$(CONFIG_VARS),$(shell echo "$(abspath $($(v)))" | cmp -s - $(R)/.path_$(v) || echo "$(abspath $($(v)))" > $(R)/.path_$(v)))
+endif
 
 .PHONY: all test calibrate calibrate-device sweep clean venv help fx zoo
 .DELETE_ON_ERROR:
@@ -67,6 +73,7 @@ all: $(R)/report.html
 help:
 	@echo "make all [MODEL=path.onnx]   run stages 01-08 and 11 into results/<stem>/ (default: $(MODEL))"
 	@echo "    [SHAPE_ARGS=\"--shape-override 'x=8x3x224x224'\"] [PRESET=llm-128] [INPUTS=feeds.npz] [RUNS=10] [SPLITS=3]"
+	@echo "    [HOST= WORKLOAD= OFFLOAD= SYSTEM= LATENCY_MODEL=]  other config files (default: configs/*.yaml)"
 	@echo "make test                    run the tests"
 	@echo "make all HAILO=1             ... with stage 10's Hailo check pruning split candidates (07 -> 10 -> 07)"
 	@echo "make fx [TORCH_MODEL=resnet18]  stage 09: FX characterize, fuse, concurrency, hardware mapping + plot"
@@ -89,19 +96,21 @@ models/resnet50.onnx: lib/onnx/export_models.py | $(VENV)
 
 # 01 runs after 02 (order-only) so that profiling never shares the cores with another stage under make -j
 # 01 measures the latency model's host reference beside the model: a new calibration measures again
-$(R)/ops_latency.csv: $(MODEL) 01_profile_onnx.py $(LIB) $(WORKLOAD) $(SPEC_STAMP) $(PROFILE_STAMP) $(LATENCY_MODEL) | $(VENV) $(R)/ops_metrics.csv
+$(R)/ops_latency.csv: $(MODEL) 01_profile_onnx.py $(LIB) $(WORKLOAD) $(SPEC_STAMP) $(PROFILE_STAMP) $(LATENCY_MODEL) \
+		$(R)/.path_WORKLOAD $(R)/.path_LATENCY_MODEL | $(VENV) $(R)/ops_metrics.csv
 	$(if $(PROFILE_LOCK),flock -x $(PROFILE_LOCK) .venv/bin/python,$(PY)) 01_profile_onnx.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --runs $(RUNS) --latency-model $(LATENCY_MODEL) $(PROFILE_ARGS) $(SPEC_ARGS)
 
-$(R)/ops_metrics.csv: $(MODEL) 02_shapes_flops_bytes.py $(LIB) $(WORKLOAD) $(SPEC_STAMP) | $(VENV)
+$(R)/ops_metrics.csv: $(MODEL) 02_shapes_flops_bytes.py $(LIB) $(WORKLOAD) $(SPEC_STAMP) $(R)/.path_WORKLOAD | $(VENV)
 	$(PY) 02_shapes_flops_bytes.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) $(SPEC_ARGS)
 
-$(R)/ops_profile.csv: $(R)/ops_latency.csv $(R)/ops_metrics.csv 03_merge_profile_metrics.py $(LIB) $(HOST) $(LATENCY_MODEL)
+$(R)/ops_profile.csv: $(R)/ops_latency.csv $(R)/ops_metrics.csv 03_merge_profile_metrics.py $(LIB) $(HOST) $(LATENCY_MODEL) \
+		$(R)/.path_HOST $(R)/.path_LATENCY_MODEL
 	$(PY) 03_merge_profile_metrics.py --model $(MODEL) --results $(R) --host $(HOST) --latency-model $(LATENCY_MODEL)
 
 $(R)/critical_path.csv: $(R)/ops_profile.csv 04_critical_path.py $(LIB)
 	$(PY) 04_critical_path.py --model $(MODEL) --results $(R)
 
-$(R)/energy.csv: $(R)/ops_profile.csv 05_energy_estimate.py $(LIB) $(HOST) $(OFFLOAD)
+$(R)/energy.csv: $(R)/ops_profile.csv 05_energy_estimate.py $(LIB) $(HOST) $(OFFLOAD) $(R)/.path_HOST $(R)/.path_OFFLOAD
 	$(PY) 05_energy_estimate.py --model $(MODEL) --results $(R) --host $(HOST) --offload $(OFFLOAD)
 
 # 07 uses 03's table (02's costs, 01's latencies for device A "measured"), and the two-device system.
@@ -114,7 +123,7 @@ SPLIT_MODE := $(R)/.split_mode
 ifneq ($(filter all,$(or $(MAKECMDGOALS),all)),)
 $(shell mkdir -p $(R); echo "$(HAILO) $(HAILO_ARCH) $(HAILO_TOPK)" | cmp -s - $(SPLIT_MODE) || echo "$(HAILO) $(HAILO_ARCH) $(HAILO_TOPK)" > $(SPLIT_MODE))
 endif
-$(R)/boundaries.csv: $(R)/ops_profile.csv 07_split_candidates.py $(LIB) $(SYSTEM) $(WORKLOAD) \
+$(R)/boundaries.csv: $(R)/ops_profile.csv 07_split_candidates.py $(LIB) $(SYSTEM) $(WORKLOAD) $(R)/.path_SYSTEM $(R)/.path_WORKLOAD \
 		$(SPLIT_MODE) $(if $(HAILO),10_hailo_parse.py configs/hailo_ops.yaml)
 	$(PY) 07_split_candidates.py --model $(MODEL) --results $(R) --system $(SYSTEM) --workload $(WORKLOAD) $(SPEC_ARGS)
 	$(if $(HAILO),$(PY) 10_hailo_parse.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --top-k $(HAILO_TOPK) $(SPEC_ARGS))
@@ -126,13 +135,14 @@ SPLITS ?= 3
 # 08 exits 1 when a split fails its validation, after writing every report: kept (and the report built) when this
 # run wrote it and lists failures, and `all` fails on it; any other failure (a crash exits 1 too) deletes it
 RUN_08 = $(PY) 08_export_splits.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --top-k $(SPLITS) $(SPEC_ARGS)
-$(R)/validation_report.json: $(R)/boundaries.csv 08_export_splits.py $(LIB) $(WORKLOAD)
+$(R)/validation_report.json: $(R)/boundaries.csv 08_export_splits.py $(LIB) $(WORKLOAD) $(R)/.path_WORKLOAD
 	$(info $(RUN_08))
 	@touch $(R)/.08_started
 	@$(RUN_08) || { rc=$$?; [ $$rc -eq 1 ] && [ $@ -nt $(R)/.08_started ] && { $(CHECK_VALIDATION) 2>/dev/null; [ $$? -eq 3 ]; } \
 	|| exit $$rc; }
 
-$(R)/plots/.done: $(R)/ops_profile.csv $(R)/critical_path.csv $(R)/energy.csv $(R)/boundaries.csv 06_plots.py $(LIB) $(HOST)
+$(R)/plots/.done: $(R)/ops_profile.csv $(R)/critical_path.csv $(R)/energy.csv $(R)/boundaries.csv 06_plots.py $(LIB) $(HOST) \
+		$(R)/.path_HOST
 	$(PY) 06_plots.py --results $(R) --host $(HOST)
 	touch $@
 

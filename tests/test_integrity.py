@@ -53,6 +53,14 @@ def test_make_gives_every_stage_one_spec_and_rebuilds_when_it_changes(tmp_path, 
             assert meta_shapes(rdir, meta) == {"x": [b, 3, 16, 16]}, meta
     r = make("-n", "all", *base, f"SHAPE_ARGS=--shape-override 'x={sizes[1]}x3x16x16'")
     assert "02_shapes_flops_bytes.py" not in r.stdout                  # nothing changed: nothing to do
+    # another system file, older than the results: 07 and what follows it re-run (make said "done" on the old
+    # split figures), 01-05 do not
+    other = tmp_path / "system.yaml"
+    other.write_text((REPO / "configs" / "system.yaml").read_text())
+    os.utime(other, (946684800, 946684800))
+    r = make("-n", "all", *base, f"SYSTEM={other}", f"SHAPE_ARGS=--shape-override 'x={sizes[1]}x3x16x16'")
+    assert f"--system {other}" in r.stdout and "08_export_splits.py" in r.stdout
+    assert not any(s in r.stdout for s in ("01_profile_onnx.py", "03_merge", "05_energy")), r.stdout
     r = make("-n", "all", *base, "RUNS=2", f"SHAPE_ARGS=--shape-override 'x={sizes[1]}x3x16x16'")
     assert "01_profile_onnx.py" in r.stdout and "02_shapes_flops_bytes.py" not in r.stdout
 
