@@ -34,7 +34,7 @@ def main(argv=None):
                    "per counter reading, >= 1 (default: %(default)s)")
     a = cli.parse(p, argv)
     host, off = load_host(a.host), load_offload(a.offload)
-    if (a.avg_power_w is not None and a.avg_power_w <= 0) or a.counter_window_s < 1:
+    if (a.avg_power_w is not None and not 0 < a.avg_power_w < float("inf")) or not a.counter_window_s >= 1:
         raise StageError("--avg-power-w must be positive and --counter-window-s at least 1")
     arrays, res, spec = analysed_arrays(a.rdir, a.model)
     metas = res.require("merge_meta.json")
@@ -47,9 +47,8 @@ def main(argv=None):
     shapes = metas["merge_meta.json"]["identity"]["inputs"]["input_shapes"]
     counter, why = measure_counter(a.model, shapes, spec, a.counter_window_s, skip=a.no_counter)
     power = power_source(a.avg_power_w, float(host["avg_power_w"]), a.host, counter)
-    cls = list(prof["op_class"])
     energy = node_energy(prof, host, power["power_w"])
-    kernels = kernel_table(energy, prof, [[cls[s] for s in ss] for ss in arrays.succs()], off["criteria"])
+    kernels = kernel_table(energy, prof, arrays.succs(), off["criteria"])
     t_total = float(prof["latency_us"].sum())
     amd = amdahl_table(kernels, off["speedup"], off["energy_gain"], t_total, float(energy["e_total_j"].sum()))
     whole = whole_model(energy, power, counter, t_total, source)

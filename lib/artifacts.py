@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import datetime
 import json
+import math
 import os
 import platform
 import sys
@@ -195,6 +196,22 @@ def load_yaml(path: str | Path, what: str) -> dict:
     if not isinstance(data, dict):
         raise StageError(f"{what} {path} must be a mapping of keys to values")
     return data
+
+
+def number(v, what: str, *, zero: bool = False, high: float | None = None, integer: bool = False):
+    """A figure of a config file, checked: a finite number > 0 (>= 0 with `zero`), at most `high`, whole where
+    `integer`; StageError "<what> must be ..." otherwise (a string, NaN, a negative bandwidth went through to
+    tracebacks or negative times). YAML 1.1 (PyYAML) reads 5e11, without a dot, as a string: a string that is a
+    number counts as one."""
+    try:
+        x = float(v) if not isinstance(v, bool) else math.nan
+    except (TypeError, ValueError):
+        x = math.nan
+    if not (math.isfinite(x) and (x >= 0 if zero else x > 0) and (high is None or x <= high)
+            and (not integer or x.is_integer())):
+        kind = f"{'a non-negative' if zero else 'a positive'} {'integer' if integer else 'number'}"
+        raise StageError(f"{what} must be {kind}{f' at most {high:g}' if high is not None else ''}, got {v!r}")
+    return int(x) if integer else x
 
 
 def versions() -> dict:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lib.artifacts import load_yaml
+from lib.artifacts import load_yaml, number
 from lib.errors import StageError
 
 REQUIRED = ("peak_flops_per_s", "mem_bw_bytes_per_s", "avg_power_w", "energy")
@@ -17,14 +17,28 @@ def load_host(path: str | Path) -> dict:
     peaks = h["peak_flops_per_s"]
     if not isinstance(peaks, dict) or "default" not in peaks:
         raise StageError(f"host config {path}: peak_flops_per_s needs a 'default' entry (and optional per-dtype ones)")
-    for k, v in list(peaks.items()) + [("mem_bw_bytes_per_s", h["mem_bw_bytes_per_s"]), ("avg_power_w", h["avg_power_w"])]:
-        if not isinstance(v, (int, float)) or v <= 0:
-            raise StageError(f"host config {path}: {k} must be a positive number, got {v!r}")
+    where = f"host config {path}:"
+    for k, v in peaks.items():
+        peaks[k] = number(v, f"{where} peak_flops_per_s.{k}")
+    for k in ("mem_bw_bytes_per_s", "avg_power_w"):
+        h[k] = number(h[k], f"{where} {k}")
+    for section in ("caches_bytes", "bandwidth_bytes_per_s", "fma_ceiling_flops_per_s"):
+        table = h.get(section)
+        if table is None:
+            continue
+        if not isinstance(table, dict):
+            raise StageError(f"{where} {section} must map names to numbers, got {table!r}")
+        for k, v in table.items():     # an FMA ceiling the CPU does not tell stays null
+            table[k] = None if v is None and section.startswith("fma") else \
+                number(v, f"{where} {section}.{k}", integer=section == "caches_bytes")
     e = h["energy"]
     if not isinstance(e, dict) or "e_byte_j" not in e or "e_flop_j" not in e:
-        raise StageError(f"host config {path}: energy needs e_flop_j (per dtype, with 'default') and e_byte_j")
+        raise StageError(f"{where} energy needs e_flop_j (per dtype, with 'default') and e_byte_j")
     if not isinstance(e["e_flop_j"], dict) or "default" not in e["e_flop_j"]:
-        raise StageError(f"host config {path}: energy.e_flop_j needs a 'default' entry")
+        raise StageError(f"{where} energy.e_flop_j needs a 'default' entry")
+    e["e_byte_j"] = number(e["e_byte_j"], f"{where} energy.e_byte_j", zero=True)
+    for k, v in e["e_flop_j"].items():
+        e["e_flop_j"][k] = number(v, f"{where} energy.e_flop_j.{k}", zero=True)
     return h
 
 

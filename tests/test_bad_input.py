@@ -283,3 +283,56 @@ def test_accuracy_benches_refuse_to_record_another_cpus_calibration(tmp_path, ca
     same.write_text(yaml.safe_dump(h))
     calibrated_here(True, lm, same)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("which, edit, needle", [
+    ("host", ("peak_flops_per_s", "float", "5e11"), None),                 # YAML 1.1 reads 5e11 as a string
+    ("host", ("caches_bytes", "L1", "48KiB"), "caches_bytes.L1 must be a positive integer"),
+    ("host", ("bandwidth_bytes_per_s", "DRAM", 0), "bandwidth_bytes_per_s.DRAM must be a positive number"),
+    ("host", ("energy", "e_byte_j", -8e-11), "energy.e_byte_j must be a non-negative number"),
+    ("offload", ("criteria", "min_share_pct", "10%"), "criteria.min_share_pct must be a non-negative number at most 100"),
+    ("offload", ("criteria", "require", ["share", "speed"]), "criteria.require must list some of"),
+    ("offload", ("criteria", "regular_classes", "matmul"), "criteria.regular_classes must be a list"),
+    ("offload", ("speedup", "matmul", float("nan")), "speedup.matmul must be a positive number"),
+    ("system", ("link", "bandwidth_bytes_per_s", 0), "link.bandwidth_bytes_per_s must be a positive number"),
+    ("system", ("ranking", "top_k", "ten"), "ranking.top_k must be a positive integer"),
+    ("system", ("ranking", "strict", "no"), "ranking.strict must be true or false"),
+    ("system", ("constraints", "max_latency_us", -5), "constraints.max_latency_us must be a positive number"),
+    ("system", ("devices", "B", {"peak_flops_per_s": float("nan"), "mem_bw_bytes_per_s": 1e9, "power_w": 1}),
+     "devices.B.peak_flops_per_s must be a positive number"),
+])
+def test_config_values_are_checked(tmp_path, which, edit, needle):
+    """A user's edit of host.yaml, offload.yaml or system.yaml: a string, NaN, a zero or negative figure, an unknown
+    criterion gave tracebacks (ValueError, KeyError) or went through (negative energies, NaN latencies, 'no' as
+    strict true); now one line naming the key. A number YAML 1.1 reads as a string (5e11) counts as a number."""
+    import yaml
+    from conftest import REPO
+    from lib.analysis.energy import load_offload
+    from lib.errors import StageError
+    from lib.host import load_host
+    from lib.split.system import load_system
+    load = {"host": load_host, "offload": load_offload, "system": load_system}[which]
+    doc = yaml.safe_load((REPO / "configs" / f"{which}.yaml").read_text())
+    section, key, value = edit
+    doc[section][key] = value
+    path = tmp_path / f"{which}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    if needle is None:
+        assert load(path)[section][key] == 5e11
+        return
+    with pytest.raises(StageError, match=needle.replace(".", r"\.")):
+        load(path)
+
+
+def test_stages_refuse_bad_config_values_in_one_line(tmp_path, good):
+    rdir = tmp_path / "res"
+    assert run_stage("02_shapes_flops_bytes.py", "--model", good, "--results", rdir).returncode == 0
+    assert run_stage("03_merge_profile_metrics.py", "--results", rdir).returncode == 0
+    off = tmp_path / "offload.yaml"
+    off.write_text("criteria: {min_share_pct: ten}\nspeedup: {default: 1}\nenergy_gain: {default: 1}\n")
+    assert_clean_error(run_stage("05_energy_estimate.py", "--model", good, "--results", rdir, "--offload", off),
+                       "criteria.min_share_pct must be a non-negative number")
+    assert_clean_error(run_stage("05_energy_estimate.py", "--model", good, "--results", rdir, "--avg-power-w", "nan"),
+                       "--avg-power-w must be positive")
+    assert_clean_error(run_stage("07_split_candidates.py", "--model", good, "--results", rdir, "--top-k", "0"),
+                       "--top-k (ranking.top_k) must be a positive integer")

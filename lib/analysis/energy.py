@@ -15,7 +15,7 @@ import onnx
 import onnxruntime as ort
 import pandas as pd
 
-from lib.artifacts import REPO, load_yaml
+from lib.artifacts import REPO, load_yaml, number
 from lib.errors import StageError
 from lib.host import per_dtype
 from lib.analysis.roofline import known_or_zero, node_bytes
@@ -157,15 +157,28 @@ def power_source(avg_power_w: float | None, host_w: float, host_config: str, cou
     return {"power_w": host_w, "source": "host config", "label": f"{host_w:g} W assumed in {name} (avg_power_w)"}
 
 
+CRITERIA = ("share", "regular", "ai", "fusable")     # what `require` may list (kernel_table's checks)
+
+
 def load_offload(path: str | Path) -> dict:
     c = load_yaml(path, "offload config")
     for key in ("criteria", "speedup", "energy_gain"):
         if not isinstance(c.get(key), dict):
             raise StageError(f"offload config {path} lacks the '{key}' mapping")
+    where = f"offload config {path}:"
     for key in ("speedup", "energy_gain"):
         for k, v in c[key].items():
-            if not isinstance(v, (int, float)) or v <= 0:
-                raise StageError(f"offload config {path}: {key}.{k} must be a positive number, got {v!r}")
+            c[key][k] = number(v, f"{where} {key}.{k}")
+    crit = c["criteria"]
+    for k, high in (("min_share_pct", 100.0), ("min_ai_flop_per_byte", None)):
+        if k in crit:
+            crit[k] = number(crit[k], f"{where} criteria.{k}", zero=True, high=high)
+    for k in ("regular_classes", "fusable_classes"):
+        if k in crit and not (isinstance(crit[k], list) and all(isinstance(x, str) for x in crit[k])):
+            raise StageError(f"{where} criteria.{k} must be a list of op classes, e.g. [conv, matmul], got {crit[k]!r}")
+    req = crit.get("require", ["share", "regular", "ai"])
+    if not isinstance(req, list) or not set(req) <= set(CRITERIA):
+        raise StageError(f"{where} criteria.require must list some of {list(CRITERIA)}, got {req!r}")
     return c
 
 
@@ -196,8 +209,10 @@ def node_energy(prof: pd.DataFrame, host: dict, avg_power_w: float) -> pd.DataFr
     return df
 
 
-def kernel_table(energy: pd.DataFrame, prof: pd.DataFrame, succ_classes: list[list[str]], crit: dict) -> pd.DataFrame:
-    """One row per op class with the seed's four criteria evaluated and the reason spelled out."""
+def kernel_table(energy: pd.DataFrame, prof: pd.DataFrame, succs: list[list[int]], crit: dict) -> pd.DataFrame:
+    """One row per op class with the seed's four criteria evaluated and the reason spelled out. succs: each node's
+    successors (positions): a fusable neighbour is a successor of a fusable class or a node ORT fused into the
+    class's nodes, each counted once (one fused into its producer and reading it was counted twice)."""
     lat = prof["latency_us"].fillna(0.0)
     lat_total = lat.sum()
     e_total = energy["e_total_j"].sum()
@@ -205,7 +220,11 @@ def kernel_table(energy: pd.DataFrame, prof: pd.DataFrame, succ_classes: list[li
     regular = set(crit.get("regular_classes", []))
     require = set(crit.get("require", ["share", "regular", "ai"]))
     min_share, min_ai = float(crit.get("min_share_pct", 10)), float(crit.get("min_ai_flop_per_byte", 0))
-    fused_count = prof.loc[prof["fused_into"].fillna("") != "", "fused_into"].value_counts()
+    classes = prof["op_class"].to_numpy(object)
+    fused_into = prof["fused_into"].fillna("").to_numpy(object)
+    fused_by: dict[str, list[int]] = {}
+    for j in np.flatnonzero(fused_into != ""):
+        fused_by.setdefault(fused_into[j], []).append(int(j))
     rows = []
     for cls, idx in prof.groupby("op_class").groups.items():
         idx = list(idx)
@@ -213,9 +232,9 @@ def kernel_table(energy: pd.DataFrame, prof: pd.DataFrame, succ_classes: list[li
         ai = flops / nbytes if nbytes > 0 else 0.0
         share_lat = 100.0 * lat[idx].sum() / lat_total if lat_total > 0 else np.nan
         share_e = 100.0 * energy.loc[idx, "e_total_j"].sum() / e_total if e_total > 0 else np.nan
-        fused = int(sum(fused_count.get(n, 0) for n in prof.loc[idx, "node"]))
-        neigh = [c for i in idx for c in succ_classes[i] if c in fusable]
-        n_fusable = fused + len(neigh)
+        fused_set = {j for n in prof.loc[idx, "node"] for j in fused_by.get(n, ())}
+        neigh = {s for i in idx for s in succs[i] if classes[s] in fusable}
+        fused, n_fusable = len(fused_set), len(fused_set | neigh)
         by_lat = prof.loc[idx].groupby("bound")["latency_us"].sum()
         bound = by_lat.idxmax() if len(by_lat) and by_lat.max() > 0 else prof.loc[idx, "bound"].mode().iat[0]
         ok = {"share": (share_lat >= min_share) or (share_e >= min_share), "regular": cls in regular,
@@ -228,7 +247,8 @@ def kernel_table(energy: pd.DataFrame, prof: pd.DataFrame, succ_classes: list[li
                      "latency_us": lat[idx].sum(), "e_total_j": energy.loc[idx, "e_total_j"].sum(),
                      "flops": flops, "bytes": nbytes, "ai_flop_per_byte": ai, "bound": bound,
                      "regular": ok["regular"], "fusable_neighbours": n_fusable,
-                     "selected": all(ok[r] for r in require), "reason": "; ".join(reason)})
+                     "selected": all(ok[r] for r in require), "reason": "; ".join(reason),
+                     "energy_method": "component model"})
     df = pd.DataFrame(rows).sort_values("pct_latency" if lat_total > 0 else "pct_energy", ascending=False)
     return df.reset_index(drop=True)
 
@@ -253,5 +273,6 @@ def amdahl_table(kernels: pd.DataFrame, speedup: dict, gain: dict, t_total_us: f
                      "s_k_latency": sl[0] if len(ks) == 1 else np.nan, "s_total_latency": s_lat,
                      "latency_before_us": t_total_us, "latency_after_us": t_total_us / s_lat if t_total_us else np.nan,
                      "f_energy": sum(fe), "s_k_energy": se[0] if len(ks) == 1 else np.nan, "s_total_energy": s_e,
-                     "energy_before_j": e_total_j, "energy_after_j": e_total_j / s_e})
+                     "energy_before_j": e_total_j, "energy_after_j": e_total_j / s_e,
+                     "energy_method": "component model"})
     return pd.DataFrame(rows)

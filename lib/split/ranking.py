@@ -19,7 +19,7 @@ from itertools import chain
 import numpy as np
 import pandas as pd
 
-from lib.artifacts import atomic_path
+from lib.artifacts import atomic_path, number
 from lib.errors import StageError
 from lib.provenance import same_inputs
 from lib.analysis.device_time import device_time
@@ -517,6 +517,10 @@ def ranking_overrides(system: dict, **flags) -> dict:
     rk.update({k: v for k, v in flags.items() if v is not None and v is not False})
     if not 0 <= float(rk.get("min_compute_share", 0)) <= 0.5:
         raise StageError("min compute share must lie in 0..0.5")
+    for k, flag, zero in (("top_k", "--top-k", False), ("dedup_window", "--dedup-window", True),
+                          ("skip_block_min_span", "--skip-span", False)):
+        if k in rk:
+            rk[k] = number(rk[k], f"{flag} (ranking.{k})", zero=zero, integer=True)
     check_weights(rk.get("weights", {}) or {})
     return system
 

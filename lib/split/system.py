@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lib.artifacts import REPO, load_yaml
+from lib.artifacts import REPO, load_yaml, number
 from lib.errors import StageError
 
 
@@ -16,11 +16,11 @@ def load_system(path: str | Path) -> dict:
         if not isinstance(dev, dict):
             raise StageError(f"system config {path}: devices.{d} is missing")
         for k in ("peak_flops_per_s", "mem_bw_bytes_per_s", "power_w"):
-            v = dev.get(k)
-            if not isinstance(v, (int, float)) or v <= 0:
-                raise StageError(f"system config {path}: devices.{d}.{k} must be a positive number, got {v!r}")
-        if dev.get("source", "roofline") not in ("measured", "roofline", "model"):
-            raise StageError(f"system config {path}: devices.{d}.source must be measured, or model (roofline)")
+            dev[k] = number(dev.get(k), f"system config {path}: devices.{d}.{k}")
+        source = dev.get("source", "roofline")
+        if source not in ("measured", "roofline", "model"):
+            raise StageError(f"system config {path}: devices.{d}.source must be one of measured, roofline, model, "
+                             f"got {source!r}")
         lm = dev.get("latency_model")
         if lm is not None and not (Path(lm) if Path(lm).is_absolute() else REPO / lm).exists():
             raise StageError(f"system config {path}: devices.{d}.latency_model {lm} not found (make calibrate "
@@ -36,6 +36,7 @@ def load_system(path: str | Path) -> dict:
         if (lk.get("from"), lk.get("to")) != (keys[i + 1], keys[i + 2]):
             raise StageError(f"system config {path}: chain_links[{i}] must link {keys[i + 1]} to {keys[i + 2]} "
                              f"(from/to), got {lk.get('from')!r} to {lk.get('to')!r}")
+    _check_constraints_and_ranking(s, path)
     limit = (s.get("dag") or {}).get("max_nodes") if isinstance(s.get("dag") or {}, dict) else "?"
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 2):
         raise StageError(f"system config {path}: dag.max_nodes must be an integer >= 2 or null, got {limit!r}")
@@ -46,9 +47,38 @@ def _check_link(link, path, where: str) -> None:
     if not isinstance(link, dict):
         raise StageError(f"system config {path}: {where} is missing")
     for k in ("bandwidth_bytes_per_s", "latency_us", "energy_per_byte_j"):
-        v = link.get(k)
-        if not isinstance(v, (int, float)) or v < 0 or (k == "bandwidth_bytes_per_s" and v == 0):
-            raise StageError(f"system config {path}: {where}.{k} must be a non-negative number, got {v!r}")
+        link[k] = number(link.get(k), f"system config {path}: {where}.{k}", zero=k != "bandwidth_bytes_per_s")
+
+
+RANKING_BY = ("comm", "score", "latency")
+
+
+def _check_constraints_and_ranking(s: dict, path) -> None:
+    """The optional constraints (null or a number) and the ranking keys, as 07 reads them."""
+    where = f"system config {path}:"
+    c = s.get("constraints") or {}
+    if not isinstance(c, dict):
+        raise StageError(f"{where} constraints must be a mapping, got {c!r}")
+    for k, v in c.items():
+        if v is not None:
+            c[k] = number(v, f"{where} constraints.{k}")
+    r = s.get("ranking") or {}
+    if not isinstance(r, dict):
+        raise StageError(f"{where} ranking must be a mapping, got {r!r}")
+    for k, kw in (("top_k", {"integer": True}), ("dedup_window", {"integer": True, "zero": True}),
+                  ("skip_block_min_span", {"integer": True}), ("min_compute_share", {"zero": True, "high": 0.5}),
+                  ("skip_block_max_share", {"zero": True, "high": 1.0})):
+        if r.get(k) is not None:
+            r[k] = number(r[k], f"{where} ranking.{k}", **kw)
+    if r.get("by", "score") not in RANKING_BY:
+        raise StageError(f"{where} ranking.by must be one of {', '.join(RANKING_BY)}, got {r.get('by')!r}")
+    if not isinstance(r.get("strict", False), bool):
+        raise StageError(f"{where} ranking.strict must be true or false, got {r.get('strict')!r}")
+    w = r.get("weights") or {}
+    if not isinstance(w, dict):
+        raise StageError(f"{where} ranking.weights must map metrics to numbers, got {w!r}")
+    for k, v in w.items():
+        w[k] = number(v, f"{where} ranking.weights.{k}", zero=True)
 
 
 def chain(system: dict) -> tuple[list[str], list[dict]]:
