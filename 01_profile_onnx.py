@@ -25,7 +25,8 @@ def report(meta: dict, att: dict) -> None:
     per = ", ".join(f"{x / 1e3:.2f}" for x in meta["session_medians_us"])
     print(f"session latency: median {s['median_us'] / 1e3:.2f} ms (mean {s['mean_us'] / 1e3:.2f}, p10 "
           f"{s['p10_us'] / 1e3:.2f}, p90 {s['p90_us'] / 1e3:.2f} ms) over {meta['sessions']} sessions x {meta['runs']} "
-          f"runs (each session's median: {per} ms)")
+          f"runs (each session's median: {per} ms), timed with ORT's profiler off (with it on, for the per-node "
+          f"times: {meta['profiled_session_latency']['median_us'] / 1e3:.2f} ms)")
     ref = meta["host_reference"]
     print(f"host speed: the {len(ref['models'])} reference models ran at {ref['factor']:.3f}x the time make calibrate "
           f"measured (stage 03 scales its prediction by it)" if "factor" in ref else f"note: {ref['note']}")
@@ -62,7 +63,7 @@ def main(argv=None):
     ref, why = host_reference.wanted(a.provider, a.no_host_reference, a.latency_model)
     ready, rounds = (host_reference.prepare(ref) if ref else {}), []
     print(f"profiling {a.model}: {len(an.graph.nodes)} nodes, {a.sessions} sessions x ({a.warmup} warm-up + {a.runs} "
-          f"runs) on {a.provider}" + (f", {len(ready)} host reference models after each" if ready else ""))
+          f"profiled + {a.runs} timed runs) on {a.provider}" + (f", {len(ready)} host reference models after each" if ready else ""))
     try:
         profs = profile_sessions(a.model, feeds, a.sessions, a.rdir / "profile", provider=a.provider, runs=a.runs,
                                  warmup=a.warmup, threads=a.threads, opt_level=a.opt_level,
@@ -74,6 +75,7 @@ def main(argv=None):
                   "threads": a.threads, "opt_level": a.opt_level, "seed": an.spec.feed_seed(),
                   "session_latency": percentiles([w for prof in profs for w in prof["wall_us"]]),
                   "session_medians_us": [percentiles(prof["wall_us"])["median_us"] for prof in profs],
+                  "profiled_session_latency": percentiles([w for prof in profs for w in prof["profiled_wall_us"]]),
                   "host_reference": host_reference.summary(ref, rounds, why),
                   "cpu": host_reference.cpu_here(),
                   "random_nodes": random_nodes(an.light.model.graph),

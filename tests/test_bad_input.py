@@ -336,3 +336,19 @@ def test_stages_refuse_bad_config_values_in_one_line(tmp_path, good):
                        "--avg-power-w must be positive")
     assert_clean_error(run_stage("07_split_candidates.py", "--model", good, "--results", rdir, "--top-k", "0"),
                        "--top-k (ranking.top_k) must be a positive integer")
+
+
+def test_two_given_shapes_that_give_one_dim_two_values_are_refused(tmp_path):
+    """ids and mask share the dim 'seq': --shape-override 'ids=1x64 mask=1x32' was taken (seq = 64), and the run
+    failed later with "some input probably needs real values"."""
+    model = tmp_path / "two.onnx"
+    nodes = [helper.make_node("Cast", ["ids"], ["f"], name="cast", to=onnx.TensorProto.FLOAT),
+             helper.make_node("Add", ["f", "mask"], ["y"], name="add")]
+    make_model(nodes, [tensor("ids", [1, "seq"], onnx.TensorProto.INT64), tensor("mask", [1, "seq"])],
+               [tensor("y", None)], path=model)
+    r = run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path / "r",
+                  "--shape-override", "ids=1x64 mask=1x32")
+    assert_clean_error(r, "dim 'seq' is 64 in ids's given shape and 32 in mask's")
+    r = run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path / "r",
+                  "--shape-override", "ids=1x64 mask=1x64")
+    assert r.returncode == 0, r.stderr

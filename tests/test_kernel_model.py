@@ -68,7 +68,7 @@ def records(tmp_path_factory):
 
 def test_kernel_table_maps_fused_kernels_onto_their_nodes(records):
     kt = records[0]["kernels"].set_index("op")
-    conv = kt.loc["Conv"]
+    conv = kt.loc["NchwcConv"]          # ORT runs it in its blocked NCHWc layout: another kernel than an NCHW Conv
     assert conv["pattern"] == "Conv+Relu" and conv["node"] == "conv" and conv["n_nodes"] == 2
     conv_flops, relu_flops = 2 * 8 * 3 * 9 * 256, 8 * 256        # 2 x MACs, one op per Relu output
     assert conv["flops"] == conv_flops + relu_flops and conv["macs"] == 8 * 3 * 9 * 256
@@ -349,7 +349,7 @@ def test_fp16_kernels_ort_runs_in_fp32_and_a_channels_last_qlinearconv(tmp_path)
     g = graph_of(onnx.load(str(path)))
     metrics = node_metrics(g)
     kt = kernel_table(g, metrics, optimized_graph(path))
-    convs = kt[kt["op"] == "Conv"].sort_values("flops")
+    convs = kt[kt["op"] == "NchwcConv"].sort_values("flops")
     m = metrics.set_index("node")
     fp16_convs = m[m["op_type"] == "Conv"].sort_values("flops")
     assert len(convs) == 2 and (convs["compute_dtype"] == "float").all()
@@ -483,11 +483,15 @@ def test_a_kernel_kind_only_micro_benchmarks_ran_is_predicted_as_they_ran(record
     assert km.load_kernel_model(tmp_path / "lm.yaml").model_kinds == model.model_kinds
 
 
-def test_session_overhead_is_fitted_non_negative():
+def test_session_overhead_is_fitted_with_a_per_kernel_term_of_either_sign():
+    """Kernels timed with ORT's profiler, the session without it: what the profiler adds to each kernel makes the
+    per-kernel term negative (mobilenet_v3_small: 994 us of kernels, a 653 us session)."""
     s, n = np.array([100.0, 200, 300, 50]), np.array([10.0, 20, 5, 40])
     got = km.fit_overhead(s, n, 1.1 * s + 2 * n)
     assert got == pytest.approx({"a": 0.1, "b_us": 2.0}, rel=1e-6)
-    assert km.fit_overhead(s, n, 0.5 * s)["a"] == 0.0        # never below the kernels' sum
+    got = km.fit_overhead(s, n, 1.02 * s - 0.5 * n)
+    assert got == pytest.approx({"a": 0.02, "b_us": -0.5}, rel=1e-6)
+    assert km.fit_overhead(s, n, 0.2 * s)["a"] == pytest.approx(-0.5)     # a bounded below
 
 
 def test_a_missing_kernel_model_file_is_one_clear_error(tmp_path):

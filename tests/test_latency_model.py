@@ -248,6 +248,22 @@ def test_a_shared_dynamic_quantization_runs_as_matmul_integer_to_float():
     assert (mm["macs"] == 128 * 256 * 256).all() and (mm["compute_dtype"] == "int8").all()
 
 
+def test_a_qdq_conv_with_int8_activations_runs_unfused_in_fp32():
+    """quantize_static's default (int8 activations): ORT runs the DequantizeLinear of the weights at every inference
+    and an fp32 Conv; the micro case gives those kernels, the Conv typed float (not the int8 02 guesses)."""
+    from lib.host import load_host
+    from lib.latency import microbench as mb
+    from lib.latency.training import micro_records
+    case = next(c for c in mb.cases() if c.label == "QDQ Conv (s8 activations) n1 64->64 56x56 k3 s1")
+    kt = micro_records([case], load_host(REPO / "configs" / "host.yaml"), runs=1)[0]["kernels"]
+    assert sorted(zip(kt["op"], kt["compute_dtype"])) == [("Conv", "float")] + [("DequantizeLinear", "float")] * 3 + [
+        ("QuantizeLinear", "float")]
+    assert kt[kt["op"] == "Conv"]["macs"].tolist() == [64 * 64 * 9 * 56 * 56]
+    # the weights' DequantizeLinear runs: it reads the stored int8 weights (+ scale, zero point), writes them in fp32
+    dqw = kt[kt["node"].str.endswith("_dqw")].iloc[0]
+    assert (dqw["weight_bytes"], dqw["act_out_bytes"]) == (64 * 64 * 9 + 5, 64 * 64 * 9 * 4)
+
+
 def test_micro_cases_run_at_their_own_opset_and_merge_sessions_by_median():
     """A Gelu case (an opset-20 op, which make calibrate silently skipped while cases were built at 18) gives its
     kernel; three sessions merge to each kernel's median, with no session time (a micro graph's is not a model's)."""

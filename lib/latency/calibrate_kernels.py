@@ -149,8 +149,8 @@ CLASS_OF = {k.rpartition(":")[2]: op.op_class if isinstance(op.op_class, str) el
 
 def case_class(kernel_op: str) -> str:
     """The op class (the registry's, which the micro-benchmark families are named after) of an ORT kernel op:
-    Fused*/Nhwc* forms as their op, ORT's layout Reorder* as the convolutions they serve."""
-    op = kernel_op.removeprefix("Nhwc").removeprefix("Fused")
+    Fused*/Nhwc*/Nchwc* forms as their op, ORT's layout Reorder* as the convolutions they serve."""
+    op = kernel_op.removeprefix("Nchwc").removeprefix("Nhwc").removeprefix("Fused")
     return "conv" if op.startswith("Reorder") else CLASS_OF.get(op, "other")
 
 

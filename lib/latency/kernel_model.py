@@ -18,8 +18,9 @@ Kernel types (op/compute dtype) the training never saw are flagged `seen = False
 comes from the held-out (leave-one-family-out) residual quantiles of its type (of all kernels for a type with
 few residuals); a session's interval adds the kernels' ends.
 
-Session latency = (1 + a) x sum(kernels) + b x n_kernels, a, b >= 0 fitted by non-negative least squares on
-the training models' sessions (scipy nnls): the thread-pool start, dispatch and session overhead between kernels.
+Session latency = (1 + a) x sum(kernels) + b x n_kernels, a and b fitted by least squares on the training models'
+sessions (scipy lsq_linear): the thread-pool start, dispatch and session overhead between kernels, less what ORT's
+profiler adds to each kernel it times (the session is timed with the profiler off, the kernels with it on).
 The target is each model's median session latency, the figure stage 01 reports and a prediction is scored
 against: a run's kernels are not all at their median at once, and the medians of the runs' sums ran 1-6% above the
 sums of the kernels' medians (plus the median time outside the kernels) on 19 unseen models; `a` holds that skew.
@@ -159,14 +160,16 @@ def from_target(y, bound, steps=1.0) -> np.ndarray:
 
 
 def fit_overhead(kernel_sum_us, n_kernels, session_us) -> dict[str, float]:
-    """a, b >= 0 of session = (1 + a) x sum + b x n (non-negative least squares, relative weights). No constant:
-    the training models pin it down poorly (on one set of records 7.9 us, and 56 us with the recurrent family held
-    out, which put lstm2 and gru2, 0.4-0.5 ms, 12-16% over their sessions on their own kernel times; 2% without)."""
-    from scipy.optimize import nnls     # here: scipy.optimize's import is 0.4 s of every stage that predicts
+    """a, b of session = (1 + a) x sum + b x n (least squares, relative weights; a >= -0.5). The kernel times are
+    the profiler's, the session is timed with the profiler off (lib/latency/profiling.py): b is what happens between
+    kernels less what the profiler adds to each, and can be negative. No constant: the training models pin it down
+    poorly (on one set of records 7.9 us, and 56 us with the recurrent family held out, which put lstm2 and gru2,
+    0.4-0.5 ms, 12-16% over their sessions on their own kernel times; 2% without)."""
+    from scipy.optimize import lsq_linear   # here: scipy.optimize's import is 0.4 s of every stage that predicts
     s, n, y = (np.asarray(v, float) for v in (kernel_sum_us, n_kernels, session_us))
     w = 1.0 / np.maximum(y, 1.0)        # relative error: a 50 ms model does not drown a 1 ms one
-    coef, _ = nnls(np.column_stack([s, n]) * w[:, None], (y - s) * w)
-    return {"a": float(coef[0]), "b_us": float(coef[1])}
+    fit = lsq_linear(np.column_stack([s, n]) * w[:, None], (y - s) * w, bounds=([-0.5, -np.inf], [np.inf, np.inf]))
+    return {"a": float(fit.x[0]), "b_us": float(fit.x[1])}
 
 
 class KernelModel:

@@ -539,6 +539,21 @@ def _qlinear_conv(b: Builder, p: str, n, cin, cout, hw, k, s, wt="s8"):
     b.out(*b.node("QLinearConv", ins, p, pads=[k // 2] * 4, strides=[s, s], kernel_shape=[k, k]))
 
 
+def _qdq_conv_s8(b: Builder, p: str, n, cin, cout, hw, k, s):
+    """A QDQ conv with int8 activations (quantize_static's default): DequantizeLinear of x and of the int8 weights
+    (and int32 bias) -> Conv -> QuantizeLinear, as ONNX Runtime's CPU provider leaves it unfused here: it runs the
+    DequantizeLinear of the weights at every inference and an fp32 Conv (resnet18 so quantized: 11 of its 20 convs,
+    those whose input DequantizeLinear feeds two nodes; with uint8 activations, none)."""
+    x = b.inp(f"{p}_x", [n, cin, hw, hw], np.int8)
+    f = lambda nm, v, dt: b.w(f"{p}_{nm}", np.array(v, dt))  # noqa: E731
+    xs, z = f("xs", 0.05, np.float32), f("z", 0, np.int8)
+    dq = lambda t, sc, zp, nm: b.node("DequantizeLinear", [t, sc] + ([zp] if zp else []), f"{p}_{nm}")[0]  # noqa: E731
+    ins = [dq(x, xs, z, "dqx"), dq(b.wrand(f"{p}_w", [cout, cin, k, k], np.int8), f("ws", 0.01, np.float32), z, "dqw"),
+           dq(b.wrand(f"{p}_b", [cout], np.int32), f("bs", 0.0005, np.float32), "", "dqb")]
+    y = b.node("Conv", ins, f"{p}_conv", pads=[k // 2] * 4, strides=[s, s], kernel_shape=[k, k])[0]
+    b.out(*b.node("QuantizeLinear", [y, f("ys", 0.1, np.float32), z], p))
+
+
 def _qlinear_matmul(b: Builder, p: str, bt, m, k, n, wt="s8"):
     """QLinearMatMul with int8 (wt s8) or uint8 (u8) weights."""
     x = b.inp(f"{p}_x", [bt, m, k], np.uint8, high=255)
@@ -850,6 +865,8 @@ CONV_INTEGER_U8 = [(T, (1, 3, 64, 224, 7, 2, "u8")), (T, (1, 64, 64, 56, 3, 1, "
                    (T, (1, 32, 32, 28, 3, 1, "u8")), (H, (1, 128, 128, 28, 3, 1, "u8"))]
 QLINEAR_CONV = [(T, (1, 64, 64, 56, 3, 1)), (T, (1, 256, 256, 14, 3, 1)), (T, (1, 64, 256, 56, 1, 1)),
                 (T, (1, 3, 64, 224, 7, 2)), (H, (1, 128, 128, 28, 3, 1)), (H, (1, 512, 128, 14, 1, 1))]
+QDQ_CONV_S8 = [(T, (1, 64, 64, 56, 3, 1)), (T, (1, 256, 256, 14, 3, 1)), (T, (1, 64, 256, 56, 1, 1)),
+               (T, (1, 3, 64, 224, 7, 2)), (H, (1, 128, 128, 28, 3, 1)), (H, (1, 512, 128, 14, 1, 1))]
 # (b, s, k, n)
 MATMUL_INTEGER = [(T, (1, 128, 256, 256)), (T, (1, 128, 256, 1024)), (T, (1, 1, 512, 1000)), (T, (1, 197, 768, 3072)),
                   (T, (8, 128, 256, 256)), (H, (1, 128, 1024, 256)), (H, (1, 64, 768, 768))]
@@ -944,6 +961,8 @@ CASE_GROUPS: list[tuple[str, Callable, list[tuple]]] = [
     ("conv_int8", _qlinear_conv, _named(lambda n, ci, co, hw, k, s, wt="s8": f"QLinearConv{_weights(wt)} n{n} "
                                                                             f"{ci}->{co} {hw}x{hw} k{k} s{s}",
                                         QLINEAR_CONV + QLINEAR_CONV_U8)),
+    ("conv_int8", _qdq_conv_s8, _named(lambda n, ci, co, hw, k, s: f"QDQ Conv (s8 activations) n{n} {ci}->{co} "
+                                                                    f"{hw}x{hw} k{k} s{s}", QDQ_CONV_S8)),
     ("matmul_int8", _matmul_integer, _named(lambda bt, m, k, n, wt="s8", shared=1: f"DQL+MatMulInteger{_weights(wt)} "
                                                                                    f"{bt}x{m}x{k} . {k}x{n}"
                                                                                    f"{f' x{shared} (one DQL)' if shared > 1 else ''}",

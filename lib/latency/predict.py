@@ -100,10 +100,12 @@ def at_host_speed(pred: dict, profile_meta: dict | None, latency_model_file) -> 
 
 
 def kernel_node_times(km: KernelModel, kt: pd.DataFrame, host: dict) -> dict[str, float]:
-    """Per original node, the kernel model's time for the kernels it anchors (us), with what happens between
-    kernels ((1 + a) x the kernel + b per kernel). A kernel ORT inserted with no node of its own (a layout
-    Reorder) counts with the next kernel that has one (the conv it serves); trailing ones with the last."""
-    t = km.with_overhead(km.predict_kernels(kt, host)["pred_us"].to_numpy(float))
+    """Per original node, the kernel model's time for the kernels it anchors (us), scaled so that the nodes add up
+    to the predicted session (what happens between kernels, spread in proportion: its per-kernel term can be
+    negative, the profiler's share). A kernel ORT inserted with no node of its own (a layout Reorder) counts with
+    the next kernel that has one (the conv it serves); trailing ones with the last."""
+    t = km.predict_kernels(kt, host)["pred_us"].to_numpy(float)
+    t = t * (km.with_overhead(t.sum(), len(t)) / t.sum()) if t.sum() > 0 else t
     out: dict[str, float] = {}
     pending, last = 0.0, None
     for node, x in zip(kt["node"].fillna("").astype(str), t):

@@ -172,12 +172,16 @@ def resolve_input_shapes(model: onnx.ModelProto, spec: InputSpec) -> dict[str, l
             raise StageError(f"--shape-override {n}={'x'.join(map(str, dims))} disagrees with --inputs-npz's "
                              f"{'x'.join(map(str, given[n]))}: give one or the other")
         given[n] = dims
-    symbolic = spec.symbolic()
+    symbolic, fixed_by = spec.symbolic(), {}
     for inp in inputs:     # dims named by a given input's shape fix that name for the others (npz batch 3)
         if inp.name in given and inp.type.tensor_type.HasField("shape"):
             for d, v in zip(inp.type.tensor_type.shape.dim, given[inp.name]):
                 if d.HasField("dim_param") and d.dim_param and re.fullmatch(r"\w+", d.dim_param):
-                    symbolic[d.dim_param] = v
+                    name = d.dim_param
+                    if name in fixed_by and symbolic[name] != v:    # one dim, two values: a run fails far from here
+                        raise StageError(f"dim {name!r} is {symbolic[name]} in {fixed_by[name]}'s given shape and {v} "
+                                         f"in {inp.name}'s: the model uses one value for both")
+                    symbolic[name], fixed_by[name] = v, inp.name
     shapes, unresolved = {}, []
     for inp in inputs:
         kind = inp.type.WhichOneof("value")

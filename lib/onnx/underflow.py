@@ -186,7 +186,7 @@ def _softmax_inputs(model_path, g, pos: list[int], feeds) -> tuple[dict[str, np.
         model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in run if t not in have)
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        so.log_severity_level = 3
+        so.log_severity_level = 4     # its failure is said in one line below, not as ORT's own red log line
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         del model
         names = {i.name for i in sess.get_inputs()}

@@ -103,7 +103,7 @@ def summary_section(art: Artifacts) -> dict:
                  "order, stage 07)" if peak is not None else "n/a: " + art.missing("boundaries.csv")])
     if prof_meta:
         sl = prof_meta["session_latency"]
-        rows += [["session latency (session.run wall time)", f"{ms(sl['median_us'])} median, p10 {ms(sl['p10_us'])}, "
+        rows += [["session latency (session.run wall time, profiler off)", f"{ms(sl['median_us'])} median, p10 {ms(sl['p10_us'])}, "
                   f"p90 {ms(sl['p90_us'])} over {sl['runs']} runs"
                   + (f" in {prof_meta['sessions']} sessions" if prof_meta.get("sessions", 1) > 1 else "")],
                  ["kernel time per run", f"{ms(prof_meta['kernel_time_per_run_us']['median'])}, "

@@ -197,6 +197,11 @@ def baselines(prof: pd.DataFrame, latency: np.ndarray | None, system: dict) -> d
         out[f"all_on_{k}_throughput_per_s"] = 1e6 / t if t > 0 else None
         out[f"device_{k}"] = {"name": dev.get("name", key), "power_w": float(dev["power_w"]),
                               "time_source": time_source(dev, latency)}
+    # a node of unknown cost counts 0 FLOPs on a modelled device (node_work): its time there is a lower bound
+    unknown = prof["flops"].isna().to_numpy()
+    t_a = device_times(prof, latency, system["devices"]["A"])
+    out["unknown_cost_nodes"] = {"nodes": int(unknown.sum()), "share_of_a_time":
+                                 float(t_a[unknown].sum() / t_a.sum()) if unknown.any() and t_a.sum() > 0 else 0.0}
     return out
 
 
@@ -712,6 +717,10 @@ def print_summary(df: pd.DataFrame, top: pd.DataFrame, pareto: pd.DataFrame, rk:
         d = summ[f"device_{k}"]
         print(f"all on {k.upper()} ({d['name']}; {d['time_source']}): {summ[f'all_on_{k}_us'] / 1e3:.2f} ms, "
               f"{summ[f'all_on_{k}_energy_j'] * 1e3:.2f} mJ, {summ[f'all_on_{k}_throughput_per_s'] or 0:.1f}/s")
+    u = summ.get("unknown_cost_nodes") or {}
+    if u.get("nodes"):
+        print(f"note: {u['nodes']} nodes of unknown cost ({100 * u['share_of_a_time']:.0f}% of device A's time) count "
+              f"0 FLOPs on a modelled device: its times, and the advice that rests on them, are optimistic there")
     p = summ.get("host_prediction") or {}
     if p:
         iv = p["prediction_interval_us"]
