@@ -8,6 +8,7 @@ import gc
 import os
 import sys
 import traceback
+from pathlib import Path
 
 from lib.artifacts import CONFIGS, results_dir
 from lib.errors import StageError
@@ -39,6 +40,8 @@ def parse(p: Parser, argv=None) -> argparse.Namespace:
     if a._model_mode == "or-results" and not a.model and not a.results:
         p.error("give --model PATH or --results DIR")
     if a._model_mode != "none":
+        if a.model and not Path(a.model).exists():     # before "run 02 first": the model is what is missing
+            raise StageError(f"model {a.model} not found")
         a.rdir = results_dir(a.model, a.results) if a.model or a.results else None
     return a
 

@@ -120,7 +120,7 @@ def summary_section(art: Artifacts) -> dict:
     rows.append(["host", f"{host.get('name', 'n/a')}; {plat}"])
     if host:
         rows.append(["host model (configs/host.yaml)", f"peak {si(host['peak_flops_per_s'].get('float', host['peak_flops_per_s']['default']), 'FLOP/s')} "
-                     f"fp32, memory {si(host['mem_bw_bytes_per_s'], 'B/s')}" + level_bandwidths(host)])
+                     f"fp32, memory {si(host['mem_bw_bytes_per_s'], 'B/s')} (STREAM triad)" + level_bandwidths(host)])
     return {"ok": True, "table": table(["", ""], rows)}
 
 

@@ -42,7 +42,7 @@ def _colors(keys):
 def roofline_plot(prof: pd.DataFrame, host: dict, title: str):
     df = prof[(prof["achieved_gflops"] > 0) & (prof["ai_flop_per_byte"] > 0)]
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    bw = float(host["mem_bw_bytes_per_s"])
+    bw = float(levels(host)[2][-1])     # DRAM's, as stage 03's bound takes it (mem_bw_bytes_per_s without levels)
     dtypes = sorted(set(prof["dtype"])) or ["default"]
     ai = np.logspace(-2, 4, 200)
     for d in dtypes:
