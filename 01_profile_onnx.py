@@ -23,10 +23,9 @@ from lib.provenance import stamp
 def report(meta: dict, att: dict) -> None:
     s = meta["session_latency"]
     per = ", ".join(f"{x / 1e3:.2f}" for x in meta["session_medians_us"])
-    print(f"session latency: median {s['median_us'] / 1e3:.2f} ms (mean {s['mean_us'] / 1e3:.2f}, p10 "
-          f"{s['p10_us'] / 1e3:.2f}, p90 {s['p90_us'] / 1e3:.2f} ms) over {meta['sessions']} sessions x {meta['runs']} "
-          f"runs (each session's median: {per} ms), timed with ORT's profiler off (with it on, for the per-node "
-          f"times: {meta['profiled_session_latency']['median_us'] / 1e3:.2f} ms)")
+    print(f"session latency (ORT's profiler off): median {s['median_us'] / 1e3:.2f} ms (mean {s['mean_us'] / 1e3:.2f}, "
+          f"p10 {s['p10_us'] / 1e3:.2f}, p90 {s['p90_us'] / 1e3:.2f} ms) over {meta['sessions']} sessions x {meta['runs']} "
+          f"runs (each session's median: {per} ms; profiled: {meta['profiled_session_latency']['median_us'] / 1e3:.2f})")
     ref = meta["host_reference"]
     print(f"host speed: the {len(ref['models'])} reference models ran at {ref['factor']:.3f}x the time make calibrate "
           f"measured (stage 03 scales its prediction by it)" if "factor" in ref else f"note: {ref['note']}")
@@ -76,8 +75,7 @@ def main(argv=None):
                   "session_latency": percentiles([w for prof in profs for w in prof["wall_us"]]),
                   "session_medians_us": [percentiles(prof["wall_us"])["median_us"] for prof in profs],
                   "profiled_session_latency": percentiles([w for prof in profs for w in prof["profiled_wall_us"]]),
-                  "host_reference": host_reference.summary(ref, rounds, why),
-                  "cpu": host_reference.cpu_here(),
+                  "host_reference": host_reference.summary(ref, rounds, why), "cpu": host_reference.cpu_here(),
                   "random_nodes": random_nodes(an.light.model.graph),
                   **att, "versions": versions()}, an.identity)
     write_csv(df, a.rdir / "ops_latency.csv")

@@ -313,9 +313,7 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
     groups = _groups(att, len(g.nodes))
     owner = _group_owners(names, ops, att["anchor"])
     own = _own_tensors(g, optimized)
-    copies = output_copies(optimized)
-    blocked = nchwc_kernels(optimized)
-    rows = []
+    copies, blocked, rows = output_copies(optimized), nchwc_kernels(optimized), []
     for k in names:
         a, op = att["anchor"].get(k), ops.get(k, "")
         if a is None:       # a kernel ORT inserted: its own tensors, where the original graph knows them
@@ -352,8 +350,7 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
         ts = np.array([r.get(k, 0.0) for r in per_run], dtype=float)
         ins, outs = shapes.get(k, ("", ""))
         rows.append({"kernel": k, "op": f"Nchwc{op}" if k in blocked else op, **row, "out_numel": _numel(row["dims"]),
-                     "in_shapes": ins,
-                     "out_shapes": outs, "t_us": float(np.median(ts)) if ts.size else np.nan,
+                     "in_shapes": ins, "out_shapes": outs, "t_us": float(np.median(ts)) if ts.size else np.nan,
                      "p10_us": float(np.percentile(ts, 10)) if ts.size else np.nan,
                      "p90_us": float(np.percentile(ts, 90)) if ts.size else np.nan, "runs": int(ts.size)})
     table = pd.DataFrame(rows, columns=KERNEL_COLUMNS)

@@ -157,6 +157,22 @@ def eval_dim(expr: str, dims: dict[str, int]) -> int | None:
     return None if v is None else int(v)
 
 
+def _named_dims(inputs: list[onnx.ValueInfoProto], given: dict[str, list[int]], symbolic: dict[str, int]) -> dict:
+    """Dims named by a given input's shape fix that name for the others (npz batch 3); one name given two values
+    is refused here (ids=1x64 mask=1x32 sharing 'seq' ran into a failure far from its cause)."""
+    fixed_by: dict[str, str] = {}
+    for inp in inputs:
+        if inp.name in given and inp.type.tensor_type.HasField("shape"):
+            for d, v in zip(inp.type.tensor_type.shape.dim, given[inp.name]):
+                if d.HasField("dim_param") and d.dim_param and re.fullmatch(r"\w+", d.dim_param):
+                    name = d.dim_param
+                    if name in fixed_by and symbolic[name] != v:
+                        raise StageError(f"dim {name!r} is {symbolic[name]} in {fixed_by[name]}'s given shape and {v} "
+                                         f"in {inp.name}'s: the model uses one value for both")
+                    symbolic[name], fixed_by[name] = v, inp.name
+    return symbolic
+
+
 def resolve_input_shapes(model: onnx.ModelProto, spec: InputSpec) -> dict[str, list[int]]:
     """Concrete shape for every fed input; unresolved dims give one error that lists them all."""
     inputs = real_inputs(model)
@@ -172,16 +188,7 @@ def resolve_input_shapes(model: onnx.ModelProto, spec: InputSpec) -> dict[str, l
             raise StageError(f"--shape-override {n}={'x'.join(map(str, dims))} disagrees with --inputs-npz's "
                              f"{'x'.join(map(str, given[n]))}: give one or the other")
         given[n] = dims
-    symbolic, fixed_by = spec.symbolic(), {}
-    for inp in inputs:     # dims named by a given input's shape fix that name for the others (npz batch 3)
-        if inp.name in given and inp.type.tensor_type.HasField("shape"):
-            for d, v in zip(inp.type.tensor_type.shape.dim, given[inp.name]):
-                if d.HasField("dim_param") and d.dim_param and re.fullmatch(r"\w+", d.dim_param):
-                    name = d.dim_param
-                    if name in fixed_by and symbolic[name] != v:    # one dim, two values: a run fails far from here
-                        raise StageError(f"dim {name!r} is {symbolic[name]} in {fixed_by[name]}'s given shape and {v} "
-                                         f"in {inp.name}'s: the model uses one value for both")
-                    symbolic[name], fixed_by[name] = v, inp.name
+    symbolic = _named_dims(inputs, given, spec.symbolic())
     shapes, unresolved = {}, []
     for inp in inputs:
         kind = inp.type.WhichOneof("value")
