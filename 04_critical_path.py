@@ -38,7 +38,7 @@ def main(argv=None):
     preds = arrays.preds()
     names = list(arrays.names)
     outputs = np.zeros(len(w), bool)
-    outputs[arrays.t_prod[arrays.t_output & (arrays.t_prod >= 0)]] = True
+    outputs[arrays.output_nodes()] = True
     start, finish, path = longest_path(len(w), preds, w, ends=outputs)     # a chain to something the model returns
     s = summary(w, finish, stages(len(w), preds), path)
     dead = ~arrays.live()

@@ -29,6 +29,7 @@ from lib.analysis.roofline import LEVELS, memory_level
 from lib.artifacts import REPO, load_yaml
 from lib.latency import host_probe, host_reference, kernel_model as km, microbench as mb, training_models as tm
 from lib.latency.latency_model import dump_yaml
+from lib.latency.profiling import base_op
 from lib.latency.training import micro_records, profile_models
 from lib.onnx.ops import REGISTRY
 from lib.progress import Progress
@@ -150,7 +151,7 @@ CLASS_OF = {k.rpartition(":")[2]: op.op_class if isinstance(op.op_class, str) el
 def case_class(kernel_op: str) -> str:
     """The op class (the registry's, which the micro-benchmark families are named after) of an ORT kernel op:
     Fused*/Nhwc*/Nchwc* forms as their op, ORT's layout Reorder* as the convolutions they serve."""
-    op = kernel_op.removeprefix("Nchwc").removeprefix("Nhwc").removeprefix("Fused")
+    op = base_op(kernel_op)
     return "conv" if op.startswith("Reorder") else CLASS_OF.get(op, "other")
 
 

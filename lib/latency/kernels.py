@@ -30,7 +30,7 @@ import onnx
 import pandas as pd
 
 from lib.analysis.roofline import kernel_node_bytes
-from lib.latency.profiling import (LAYOUT_KERNELS, VIEW_KERNELS, attribute, is_mac_kernel, kernel_times,
+from lib.latency.profiling import (LAYOUT_KERNELS, VIEW_KERNELS, attribute, base_op, is_mac_kernel, kernel_times,
                                     name_nodes, name_unnamed_kernels)
 from lib.onnx.control_flow import if_branch
 from lib.onnx.graph import subgraph_view
@@ -171,7 +171,7 @@ def runs_in(op: str, dt: str, declared: str, int_weight: str) -> str:
     as int8 ones at 1.9 ms; a Gemm that 02 left in float ran as QGemm)."""
     if not is_mac_kernel(op):
         return dt
-    if op.removeprefix("Nhwc") in INT_MAC_OPS:
+    if base_op(op) in INT_MAC_OPS:
         return dt if dt in INT_TYPES else (int_weight or "int8")
     return declared if dt in INT_TYPES else dt
 

@@ -282,10 +282,15 @@ VIEW_KERNELS = names_with("view")
 MAC_OPS = frozenset(k.rpartition(":")[2] for k, op in REGISTRY.items() if op.weight_input is not None)
 
 
+def base_op(kernel_op: str) -> str:
+    """The op a kernel runs: ORT's Fused*/Nhwc* forms as their op (Nchwc*: the kernel table's name of a kernel
+    ORT runs in its blocked layout)."""
+    return kernel_op.removeprefix("Nchwc").removeprefix("Nhwc").removeprefix("Fused")
+
+
 def is_mac_kernel(op: str) -> bool:
-    """A kernel op that does MACs: a registered MAC op, or ORT's Fused*/Nhwc* forms of one (Nchwc*: the kernel
-    table's name of a kernel ORT runs in its blocked layout)."""
-    return op.removeprefix("Nchwc").removeprefix("Nhwc").removeprefix("Fused") in MAC_OPS
+    """A kernel op that does MACs: a registered MAC op, or one of its forms (base_op)."""
+    return base_op(op) in MAC_OPS
 
 
 # ORT's InsertCastTransformer runs an fp16 node without an fp16 kernel in fp32 between Casts; when it folds a

@@ -409,11 +409,15 @@ class GraphArrays:
             out.append(list(dict.fromkeys(int(p) for p in ps if p >= 0)))
         return out
 
+    def output_nodes(self) -> np.ndarray:
+        """Positions of the nodes that write graph outputs (one per output, repeated if a node writes several)."""
+        return self.t_prod[self.t_output & (self.t_prod >= 0)]
+
     def live(self) -> np.ndarray:
         """Per node: one of its outputs reaches a graph output. ORT runs a node nothing reads all the same (an
         exporter's leftover); a part exported without it does not need it, and no critical path ends there."""
         live = np.zeros(len(self.names), bool)
-        live[self.t_prod[self.t_output & (self.t_prod >= 0)]] = True
+        live[self.output_nodes()] = True
         prod = self.t_prod[self.in_t]
         for i in range(len(self.names) - 1, -1, -1):     # consumers come later in topological order
             if live[i]:

@@ -173,9 +173,8 @@ def runs_whole_on(a: GraphArrays, cg: CutGraph, left: np.ndarray) -> str | None:
     way round; None for a real split (two independent halves that each compute an output included)."""
     if crossing(cg, left).any():
         return None
-    made = np.flatnonzero(a.t_output & (a.t_prod >= 0))
-    on_a = left[a.t_prod[made]]
-    if on_a.all() and len(made):
+    on_a = left[a.output_nodes()]
+    if on_a.all() and len(on_a):
         return "A"
     return None if on_a.any() else "B"
 

@@ -19,7 +19,7 @@ from itertools import chain
 import numpy as np
 import pandas as pd
 
-from lib.artifacts import atomic_path, number
+from lib.artifacts import atomic_path
 from lib.errors import StageError
 from lib.provenance import same_inputs
 from lib.analysis.device_time import device_time
@@ -27,6 +27,7 @@ from lib.analysis.roofline import known_or_zero, node_bytes
 from lib.latency.kernel_model import KernelModel, load_kernel_model
 from lib.latency.latency_model import HUGE, device_file, model_for_device
 from lib.latency.predict import kernel_node_times
+from lib.split.system import check_ranking
 
 # pruning rules that depend on what the what-if panel changes (device and link figures); the others are static
 DYNAMIC_RULES = ("max_latency_us", "max_energy_j", "rate_hz")
@@ -135,7 +136,7 @@ def left_graph_outputs(g, n_boundaries: int) -> tuple[np.ndarray, int]:
     """(per boundary, how many graph outputs the left part finishes (produced at or before node b); how many graph
     outputs nodes produce). `g`: a lib.onnx.graph.Graph or GraphArrays."""
     if hasattr(g, "t_output"):
-        pos = g.t_prod[g.t_output & (g.t_prod >= 0)]
+        pos = g.output_nodes()
     else:
         pos = [g.producer[t] for t in g.graph_outputs if t in g.producer]
     d = np.bincount(np.asarray(pos, dtype=np.int64), minlength=len(g.names) + 1)
@@ -187,10 +188,11 @@ def _link_model(df: pd.DataFrame, system: dict) -> None:
 
 def baselines(prof: pd.DataFrame, latency: np.ndarray | None, system: dict) -> dict:
     """The whole graph on one device: latency, energy and throughput of all-on-A and all-on-B (no link)."""
-    out = {}
+    out, per_node = {}, {}
     for key in ("A", "B"):
         dev = system["devices"][key]
-        t = float(np.sum(device_times(prof, latency, dev)))
+        per_node[key] = device_times(prof, latency, dev)
+        t = float(np.sum(per_node[key]))
         k = key.lower()
         out[f"all_on_{k}_us"] = t
         out[f"all_on_{k}_energy_j"] = float(dev["power_w"]) * t * 1e-6
@@ -198,8 +200,7 @@ def baselines(prof: pd.DataFrame, latency: np.ndarray | None, system: dict) -> d
         out[f"device_{k}"] = {"name": dev.get("name", key), "power_w": float(dev["power_w"]),
                               "time_source": time_source(dev, latency)}
     # a node of unknown cost counts 0 FLOPs on a modelled device (node_work): its time there is a lower bound
-    unknown = prof["flops"].isna().to_numpy()
-    t_a = device_times(prof, latency, system["devices"]["A"])
+    unknown, t_a = prof["flops"].isna().to_numpy(), per_node["A"]
     out["unknown_cost_nodes"] = {"nodes": int(unknown.sum()), "share_of_a_time":
                                  float(t_a[unknown].sum() / t_a.sum()) if unknown.any() and t_a.sum() > 0 else 0.0}
     return out
@@ -520,12 +521,9 @@ def ranking_overrides(system: dict, **flags) -> dict:
     system = copy.deepcopy(system)
     rk = system.setdefault("ranking", {})
     rk.update({k: v for k, v in flags.items() if v is not None and v is not False})
-    if not 0 <= float(rk.get("min_compute_share", 0)) <= 0.5:
-        raise StageError("min compute share must lie in 0..0.5")
-    for k, flag, zero in (("top_k", "--top-k", False), ("dedup_window", "--dedup-window", True),
-                          ("skip_block_min_span", "--skip-span", False)):
-        if k in rk:
-            rk[k] = number(rk[k], f"{flag} (ranking.{k})", zero=zero, integer=True)
+    flag = {"top_k": "--top-k", "dedup_window": "--dedup-window", "skip_block_min_span": "--skip-span",
+            "min_compute_share": "--min-compute-share", "by": "--rank-by"}
+    check_ranking(rk, lambda k: f"{flag[k]} (ranking.{k})" if k in flag else f"ranking.{k}")
     check_weights(rk.get("weights", {}) or {})
     return system
 

@@ -65,20 +65,29 @@ def _check_constraints_and_ranking(s: dict, path) -> None:
     r = s.get("ranking") or {}
     if not isinstance(r, dict):
         raise StageError(f"{where} ranking must be a mapping, got {r!r}")
-    for k, kw in (("top_k", {"integer": True}), ("dedup_window", {"integer": True, "zero": True}),
-                  ("skip_block_min_span", {"integer": True}), ("min_compute_share", {"zero": True, "high": 0.5}),
-                  ("skip_block_max_share", {"zero": True, "high": 1.0})):
+    check_ranking(r, lambda k: f"{where} ranking.{k}")
+
+
+RANKING_NUMBERS = {"top_k": {"integer": True}, "dedup_window": {"integer": True, "zero": True},
+                   "skip_block_min_span": {"integer": True}, "min_compute_share": {"zero": True, "high": 0.5},
+                   "skip_block_max_share": {"zero": True, "high": 1.0}}
+
+
+def check_ranking(r: dict, label) -> None:
+    """The ranking keys, in place (system.yaml's, or with 07's flags over them); label(key): how an error names
+    the key."""
+    for k, kw in RANKING_NUMBERS.items():
         if r.get(k) is not None:
-            r[k] = number(r[k], f"{where} ranking.{k}", **kw)
+            r[k] = number(r[k], label(k), **kw)
     if r.get("by", "score") not in RANKING_BY:
-        raise StageError(f"{where} ranking.by must be one of {', '.join(RANKING_BY)}, got {r.get('by')!r}")
+        raise StageError(f"{label('by')} must be one of {', '.join(RANKING_BY)}, got {r.get('by')!r}")
     if not isinstance(r.get("strict", False), bool):
-        raise StageError(f"{where} ranking.strict must be true or false, got {r.get('strict')!r}")
+        raise StageError(f"{label('strict')} must be true or false, got {r.get('strict')!r}")
     w = r.get("weights") or {}
     if not isinstance(w, dict):
-        raise StageError(f"{where} ranking.weights must map metrics to numbers, got {w!r}")
+        raise StageError(f"{label('weights')} must map metrics to numbers, got {w!r}")
     for k, v in w.items():
-        w[k] = number(v, f"{where} ranking.weights.{k}", zero=True)
+        w[k] = number(v, f"{label('weights')}.{k}", zero=True)
 
 
 def chain(system: dict) -> tuple[list[str], list[dict]]:
