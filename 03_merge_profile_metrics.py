@@ -20,6 +20,7 @@ from lib.host import load_host
 from lib.latency import host_reference
 from lib.latency.predict import print_prediction, stage_prediction
 from lib.provenance import Results, stamp
+from lib.units import fmt_us
 from lib.analysis.roofline import LATENCY_COLUMNS, contradictions, merge, roofline
 
 
@@ -41,7 +42,7 @@ def report(df, measured: bool) -> None:
             gf = "" if r["achieved_gflops"] != r["achieved_gflops"] else f", {r['achieved_gflops']:.1f} GFLOP/s achieved"
             print(f"  {r['node']:<32} {r['op_type']:<10} {r['latency_us']:9.1f} us ({r['pct_latency']:4.1f}%), "
                   f"{r['bound']}-bound by roofline{gf}")
-        print(f"roofline sum {df['t_roofline_us'].sum() / 1e3:.2f} ms vs measured sum {df['latency_us'].sum() / 1e3:.2f} ms")
+        print(f"roofline sum {fmt_us(df['t_roofline_us'].sum())} vs measured sum {fmt_us(df['latency_us'].sum())}")
 
 
 def main(argv=None):

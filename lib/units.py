@@ -22,3 +22,14 @@ def fmt_binary_bytes(n, digits: int = 3) -> str:
         if n >= k:
             return f"{n / k:.{digits}g} {unit}"
     return f"{int(n)} B"
+
+
+def fmt_us(us: float) -> str:
+    """A duration given in microseconds: 3.2 -> '3.2 us', 1234 -> '1.23 ms', 2.5e6 -> '2.5 s' (a tiny model's
+    roofline sum read '0.00 ms' in milliseconds)."""
+    if us is None or (isinstance(us, float) and math.isnan(us)):
+        return "n/a"
+    for div, unit in ((1e6, "s"), (1e3, "ms")):
+        if abs(us) >= div:
+            return f"{us / div:.3g} {unit}"
+    return f"{us:.3g} us"

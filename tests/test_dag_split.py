@@ -249,6 +249,13 @@ def test_dag_max_nodes_skips_the_cut_and_bad_system_configs_exit_2(tmp_path):
     r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path, "--system", tmp_path / "s.yaml")
     assert r.returncode == 2 and "chain_links[0] must link B to C" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "boundaries.csv").exists()
+    # device B given the host's measured times would be a figure of another device
+    doc = yaml.safe_load(system(tmp_path / "s.yaml").read_text())
+    doc["devices"]["B"]["source"] = "measured"
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path, "--system", tmp_path / "s.yaml")
+    assert r.returncode == 2 and "devices.B.source is measured, but only device A" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "boundaries.csv").exists()
 
 
 def test_bandwidth_crossover_sweep_and_cut_precision(branch_results):

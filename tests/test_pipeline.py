@@ -7,6 +7,7 @@ import pytest
 
 from conftest import run_stage, small_cnn
 from lib.onnx.graph import build_graph, load_model
+from lib.units import fmt_us
 
 STAGES = ["01_profile_onnx.py", "02_shapes_flops_bytes.py", "03_merge_profile_metrics.py",
           "04_critical_path.py", "05_energy_estimate.py", "06_plots.py"]
@@ -64,6 +65,14 @@ def test_end_to_end_small_model(tmp_path):
     assert by.loc["conv2", "macs"] == 16 * 32 * 32 * 16 * 9
     assert by.loc["fc", "macs"] == 160
     assert cands.set_index("kernel").loc["conv", "selected"]
+    # the sums in units that fit them: this model's roofline sum is a few microseconds (it read "0.00 ms")
+    out = run_stage("03_merge_profile_metrics.py", "--model", model, "--results", rdir).stdout
+    assert f"roofline sum {fmt_us(prof['t_roofline_us'].sum())} vs measured sum {fmt_us(prof['latency_us'].sum())}" in out
+    assert prof["t_roofline_us"].sum() < 1e3 and "roofline sum 0.00" not in out
+
+
+def test_durations_in_units_that_fit_them():
+    assert [fmt_us(x) for x in (3.24, 1234.0, 2.5e6, float("nan"))] == ["3.24 us", "1.23 ms", "2.5 s", "n/a"]
 
 
 def test_end_to_end_resnet18_matches_flop_counter(tv_models, tmp_path):

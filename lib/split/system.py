@@ -21,6 +21,11 @@ def load_system(path: str | Path) -> dict:
         if source not in ("measured", "roofline", "model"):
             raise StageError(f"system config {path}: devices.{d}.source must be one of measured, roofline, model, "
                              f"got {source!r}")
+        if source == "measured" and d != "A":
+            # stage 01 profiles this host only: another device given its times is a figure of another device
+            raise StageError(f"system config {path}: devices.{d}.source is measured, but only device A (this host, "
+                             f"which stage 01 profiles) has measured times: use model (with its latency_model) or "
+                             f"roofline")
         lm = dev.get("latency_model")
         if lm is not None and not (Path(lm) if Path(lm).is_absolute() else REPO / lm).exists():
             raise StageError(f"system config {path}: devices.{d}.latency_model {lm} not found (make calibrate "
