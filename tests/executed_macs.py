@@ -46,7 +46,8 @@ MAC_OPS = {"Conv", "ConvInteger", "QLinearConv", "ConvTranspose", "Gemm", "MatMu
            "QLinearMatMul", "Einsum", "LSTM", "GRU", "RNN",
            # com.microsoft forms that appear in files (quantize_dynamic, older ORT-optimized exports)
            "DynamicQuantizeLSTM", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "FusedMatMul", "QGemm",
-           "MatMulNBits", "DeformConv"}
+           "MatMulNBits", "DeformConv",
+           "Attention"}      # ONNX opset 23 (Q, K, V given); ORT's com.microsoft form (a 2-D weight) counts 0
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1, "DynamicQuantizeLSTM": 4}
 
 
@@ -218,7 +219,23 @@ def node_macs(op, in_shapes, out_shapes, attrs) -> int:
         return _einsum(eq.decode() if isinstance(eq, bytes) else eq, in_shapes)
     if op in _GATES:
         return _rnn(op, in_shapes, attrs)
+    if op == "Attention" and len(in_shapes[1]) >= 3:     # ONNX's (K 3-D or 4-D), not ORT's (a 2-D weight)
+        return _attention(in_shapes, attrs)
     return 0
+
+
+def _attention(shapes, attrs):
+    """ONNX Attention (opset 23): Q K^T and the weights times V, over the positions of K (plus a past key, input 4).
+    Q, K, V are 4-D (B, heads, S, head size) or 3-D (B, S, heads x head size; the head counts are attributes)."""
+    q, k, v = shapes[0], shapes[1], shapes[2]
+    if len(q) == 4:
+        batch, heads, seq, dk = q
+        kv_len, dv = k[2], v[3]
+    else:
+        batch, seq, heads = q[0], q[1], attrs["q_num_heads"]
+        dk, kv_len, dv = q[2] // heads, k[1], v[2] // attrs["kv_num_heads"]
+    past = shapes[4] if len(shapes) > 4 and shapes[4] is not None else None
+    return batch * heads * seq * (kv_len + (past[2] if past else 0)) * (dk + dv)
 
 
 # ----------------------------------------------------------------------------------- profiling

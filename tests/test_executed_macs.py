@@ -241,3 +241,25 @@ def test_wild_kv_decoder_dims_are_expressions(tmp_path):
     m = onnx.load(f["path"])
     out = {o.name: [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim] for o in m.graph.output}
     assert out["present.1.value"][2] == "past_sequence_length + sequence_length"
+
+
+def test_onnx_attention_grouped_kv_and_past(tmp_path):
+    """ONNX Attention (opset 23), as ONNX Runtime runs it: 4-D with 2 KV heads for 4 query heads, and 3-D with a past
+    key and value (3 more positions): B x q heads x S x positions x (head size of K + of V), by hand; the pipeline's
+    count (stage 02's formula) agrees."""
+    from lib.onnx.graph import build_graph, load_model
+    from lib.onnx.metrics import node_metrics
+    p4 = save(tmp_path, [helper.make_node("Attention", ["q", "k", "v"], ["y"], name="a4")],
+              [vi("q", [1, 4, 6, 8]), vi("k", [1, 2, 10, 8]), vi("v", [1, 2, 10, 5])], [vi("y", [1, 4, 6, 5])],
+              opset=23, name="a4.onnx")
+    r4 = em.executed_macs(p4, feeds(q=(1, 4, 6, 8), k=(1, 2, 10, 8), v=(1, 2, 10, 5)))
+    assert r4["total"] == 4 * 6 * 10 * (8 + 5) == 3120 and r4["by_node"] == {"a4": 3120}
+    p3 = save(tmp_path, [helper.make_node("Attention", ["q", "k", "v", "", "pk", "pv"], ["y", "ok", "ov"], name="a3",
+                                          q_num_heads=4, kv_num_heads=2)],
+              [vi("q", [1, 6, 32]), vi("k", [1, 10, 16]), vi("v", [1, 10, 10]), vi("pk", [1, 2, 3, 8]),
+               vi("pv", [1, 2, 3, 5])], [vi("y", [1, 6, 20]), vi("ok", [1, 2, 13, 8]), vi("ov", [1, 2, 13, 5])],
+              opset=23, name="a3.onnx")
+    r3 = em.executed_macs(p3, feeds(q=(1, 6, 32), k=(1, 10, 16), v=(1, 10, 10), pk=(1, 2, 3, 8), pv=(1, 2, 3, 5)))
+    assert r3["total"] == 4 * 6 * (10 + 3) * (8 + 5) == 4056
+    for path, ref in ((p4, r4), (p3, r3)):
+        assert int(node_metrics(build_graph(load_model(str(path))))["macs"].sum()) == ref["total"]
