@@ -42,10 +42,12 @@ endif
 endif
 
 # Stamps: a different model behind the same path or stem, another input spec, RUNS or PROFILE_ARGS must
-# rebuild what they affect. Each stamp file changes only when what it records changes.
+# rebuild what they affect. Each stamp file changes only when what it records changes. The file behind a symlink
+# (stat -L): the link's own size and time stayed when another model or npz was put behind it.
 SPEC_STAMP    := $(R)/.spec
 PROFILE_STAMP := $(R)/.profile_args
-SPEC_TEXT     := $(abspath $(MODEL)) $(shell stat -c '%s %Y' $(MODEL) 2>/dev/null) | $(SPEC_ARGS) | $(if $(INPUTS),$(shell stat -c '%s %Y' $(INPUTS) 2>/dev/null))
+FILE_ID        = $(shell stat -L -c '%s %Y %i' $(1) 2>/dev/null)
+SPEC_TEXT     := $(abspath $(MODEL)) $(call FILE_ID,$(MODEL)) | $(SPEC_ARGS) | $(if $(INPUTS),$(call FILE_ID,$(INPUTS)))
 PROFILE_TEXT  := $(RUNS) $(PROFILE_ARGS)
 ifneq ($(filter all,$(or $(MAKECMDGOALS),all)),)
 $(shell mkdir -p $(R); printf '%s\n' "$(SPEC_TEXT)" | cmp -s - $(SPEC_STAMP) || printf '%s\n' "$(SPEC_TEXT)" > $(SPEC_STAMP))

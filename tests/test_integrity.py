@@ -117,6 +117,35 @@ def test_same_file_name_in_two_folders(tmp_path):
     assert json.loads((rdir / "metrics_meta.json").read_text())["op_counts"] == {"Neg": 1, "Relu": 1}
 
 
+def test_another_model_or_npz_behind_a_symlink_rebuilds(tmp_path):
+    """MODEL and INPUTS through symlinks: another (older) file put behind a link re-runs the stages (make said "done"
+    on the figures of the model it replaced: the stamp read the link's own size and time)."""
+    import shutil
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    batch_cnn(a)
+    make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", ["N", 3, 16, 16])],
+               [tensor("y", None)], path=b)
+    npz_a, npz_b = tmp_path / "a.npz", tmp_path / "b.npz"
+    for f, n in ((npz_a, 2), (npz_b, 5)):
+        np.savez(f, x=np.zeros((n, 3, 16, 16), np.float32))
+    model_file, npz_file = tmp_path / "deployed.onnx", tmp_path / "deployed.npz"
+    shutil.copy(a, model_file)
+    shutil.copy(npz_a, npz_file)
+    link, feeds = tmp_path / "cur.onnx", tmp_path / "cur.npz"
+    link.symlink_to(model_file)
+    feeds.symlink_to(npz_file)
+    base = [f"MODEL={link}", f"R={tmp_path / 'r'}", "RUNS=1", "SPLITS=1", f"INPUTS={feeds}"]
+    r = make("all", *base)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "02_shapes_flops_bytes.py" not in make("-n", "all", *base).stdout
+    for src, dst in ((npz_b, npz_file), (b, model_file)):     # the links stay; the files behind them change
+        shutil.copy(src, dst)
+        os.utime(dst, (946684800, 946684800))                # older than any result
+        assert "02_shapes_flops_bytes.py" in make("-n", "all", *base).stdout, dst
+        assert make("all", *base).returncode == 0
+    assert json.loads((tmp_path / "r" / "metrics_meta.json").read_text())["op_counts"] == {"Relu": 1}
+
+
 def test_refused_mismatches(tmp_path):
     model = tmp_path / "net.onnx"
     batch_cnn(model, 1)

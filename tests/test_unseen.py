@@ -211,6 +211,31 @@ def test_randn_like_model_splits_compose_exactly(tmp_path, dynamo):
     assert runner(folder).returncode == 0
 
 
+def test_dropout_in_training_mode_is_random_and_its_splits_compose_exactly(tmp_path):
+    """Dropout with training_mode true draws a new mask at each run: 01 says so, 08 seeds it (an integer seed) in
+    full.onnx and in the part that holds it. Unseeded, every split of this model failed its exactness check
+    (max|diff| 1.7) and make all failed."""
+    model = um.build_dropout_train(tmp_path / "drop.onnx")["path"]
+    rdir = tmp_path / "r"
+    r = run_stage("01_profile_onnx.py", "--model", model, "--results", rdir, "--runs", "1", "--warmup", "0")
+    assert r.returncode == 0 and "the model draws random numbers (2 random nodes" in r.stdout, r.stderr
+    rep = pipeline(model, rdir, lambda bd: list(bd["boundary"][:2]))
+    assert rep["all_pass"] and rep["worst_max_abs_diff"] == 0.0 and len(rep["splits"]) == 2
+    full = onnx.load(str(rdir / "splits" / f"b{rep['splits'][0]['boundary']}" / "full.onnx"), load_external_data=False)
+    seeds = [a.i for n in full.graph.node if n.op_type == "Dropout" for a in n.attribute if a.name == "seed"]
+    assert len(seeds) == 2 and len(set(seeds)) == 2
+    # a Dropout whose training_mode is a constant false draws nothing and is left alone
+    from lib.onnx.random_ops import random_nodes
+    m = onnx.load(str(model))
+    for t in m.graph.initializer:
+        if t.data_type == onnx.TensorProto.BOOL:
+            t.CopyFrom(onnx.numpy_helper.from_array(np.array(False), t.name))
+    for n in m.graph.node:
+        if n.op_type == "Constant" and n.attribute[0].t.data_type == onnx.TensorProto.BOOL:
+            n.attribute[0].t.CopyFrom(onnx.numpy_helper.from_array(np.array(False)))
+    assert random_nodes(m.graph) == []
+
+
 def tf2onnx_like_pitch(path):
     """A tf2onnx-style 1-D conv net (NHWC: every Conv and MaxPool between Transposes), as pitch models are
     exported: ORT runs it in NCHWc with a ReorderOutput it inserts."""

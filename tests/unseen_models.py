@@ -127,8 +127,21 @@ def build_randn_like_dynamo(path):
     return _randn_like(path, True)
 
 
+def build_dropout_train(path):
+    """An MLP with nn.Dropout exported in torch.onnx.TrainingMode.TRAINING: Dropout nodes whose training_mode is
+    true and that carry no seed (each run draws another mask)."""
+    torch = _torch()
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(32, 32),
+                              torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(32, 4)).train()
+    torch.onnx.export(net, (torch.randn(8, 16),), str(path), input_names=["x"], output_names=["y"], dynamo=False,
+                      opset_version=17, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    return _facts(path, "random_ops", f"torch.onnx.export(dynamo=False, training=TRAINING) torch=={torch.__version__}",
+                  {"x": _rand(8, 16)}, 8 * (16 * 32 + 32 * 32 + 32 * 4), "Dropout in training mode, no seed")
+
+
 BUILDERS = {"gru_state": build_gru_state, "conv_transformer": build_conv_transformer, "fp16_cnn": build_fp16_cnn,
-            "randn_like_ts": build_randn_like_ts, "randn_like_dynamo": build_randn_like_dynamo}
+            "randn_like_ts": build_randn_like_ts, "randn_like_dynamo": build_randn_like_dynamo, "dropout_train": build_dropout_train}
 
 
 def build_all(outdir, only=None):

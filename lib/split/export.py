@@ -168,7 +168,7 @@ class SplitExporter:
         except Exception as e:  # noqa: BLE001
             raise StageError(f"cannot read {self.path}: {type(e).__name__}: {str(e)[:200]}") from None
         self.nodes = original_nodes(g, self.model, self.path)
-        self.seeded = seed_random_nodes(self.nodes)     # in self.model too: full.onnx is then written seeded
+        self.seeded = seed_random_nodes(self.nodes, self.model.graph)     # in self.model too: full.onnx is then written seeded
         self.reduction_size = reduction_size(g)
         self.weights = {t.name: t for t in self.model.graph.initializer}
         self.sparse = {t.values.name: t for t in self.model.graph.sparse_initializer}
