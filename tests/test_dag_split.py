@@ -7,17 +7,18 @@ import networkx as nx
 import numpy as np
 import pytest
 import yaml
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from conftest import costs, make_model, run_stage, tensor, weight
 from lib.onnx.graph import build_graph, constant_tensors, graph_arrays
 from lib.split import dag
 
 
-def branches(path):
+def branches(path, constant_outputs=False):
     """x -> stem; a heavy branch (two 256x256 MatMuls) and a cheap one (four element-wise ops), joined by Add.
     File order (= 07's topological order) puts the heavy branch first: the best partition (cheap ops on the
-    memory-fast A, MatMuls and the join on the compute-fast B) is not a prefix of it."""
+    memory-fast A, MatMuls and the join on the compute-fast B) is not a prefix of it. constant_outputs: the model
+    also returns a Constant node's tensor and an initializer (a detector's anchors and strides)."""
     nodes = [helper.make_node("Relu", ["x"], ["s"], name="stem"),
              helper.make_node("MatMul", ["s", "w1"], ["h1"], name="heavy1"),
              helper.make_node("MatMul", ["h1", "w2"], ["h2"], name="heavy2"),
@@ -26,8 +27,13 @@ def branches(path):
              helper.make_node("Relu", ["c2"], ["c3"], name="cheap3"),
              helper.make_node("Neg", ["c3"], ["c4"], name="cheap4"),
              helper.make_node("Add", ["h2", "c4"], ["y"], name="join")]
-    return make_model(nodes, [tensor("x", [256, 256])], [tensor("y", [256, 256])],
-                      [weight("w1", (256, 256)), weight("w2", (256, 256), seed=1)], path=path)
+    outputs, inits = [tensor("y", [256, 256])], [weight("w1", (256, 256)), weight("w2", (256, 256), seed=1)]
+    if constant_outputs:
+        nodes.append(helper.make_node("Constant", [], ["anchors"], name="anchors",
+                                      value=numpy_helper.from_array(np.arange(10, dtype=np.float32).reshape(5, 2))))
+        outputs += [tensor("anchors", [5, 2]), tensor("strides", [3])]
+        inits.append(weight("strides", (3,), seed=2))
+    return make_model(nodes, [tensor("x", [256, 256])], outputs, inits, path=path)
 
 
 def system(path, third=False):
@@ -205,9 +211,11 @@ def test_pipeline_dynamic_programming_matches_brute_force():
         assert all(real[b + 1:c + 1].any() for b, c in zip([-1, *thr], [*thr, n - 1]))   # every device: a real op
 
 
-def test_three_device_pipeline_is_found_and_exported(tmp_path):
+@pytest.mark.parametrize("constant_outputs", [False, True])
+def test_three_device_pipeline_is_found_and_exported(tmp_path, constant_outputs):
+    """Graph outputs that are constants come out of the last part (no part returned them: both pipelines failed)."""
     model = tmp_path / "branches.onnx"
-    branches(model)
+    branches(model, constant_outputs)
     costs(model, tmp_path)
     r = run_stage("07_split_candidates.py", "--model", model, "--results", tmp_path, "--system",
                   system(tmp_path / "system.yaml", third=True))
@@ -224,6 +232,7 @@ def test_three_device_pipeline_is_found_and_exported(tmp_path):
     rep = json.loads((tmp_path / "validation_report.json").read_text())["pipelines"]
     for pid in ("latency", "throughput"):
         assert rep[pid]["pass"] is True and rep[pid]["parts"] == 3 and rep[pid]["pipeline"] == pid
+        assert sorted(rep[pid]["outputs"]) == (["anchors", "strides", "y"] if constant_outputs else ["y"])
         assert sorted(f.name for f in (tmp_path / "pipeline" / pid).glob("part*.onnx")) == \
             ["part1.onnx", "part2.onnx", "part3.onnx"]
 

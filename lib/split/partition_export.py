@@ -156,11 +156,15 @@ def chain_parts(exporter: SplitExporter, bounds: list[int], label: str) -> list:
     g = exporter.g
     n = len(g.names)
     edges = [-1, *bounds, n - 1]
-    outputs, models = set(g.graph_outputs), []
+    outputs, models, given = set(g.graph_outputs), [], set()
     for k in range(len(edges) - 1):
         lo, hi = edges[k] + 1, edges[k + 1]
         outs = [t for p in range(lo, hi + 1) for t in g.nodes[p].output if t and t not in exporter.consts and
                 (t in outputs or any(c > hi for c in g.consumers.get(t, ())))]
+        if k == len(edges) - 2:     # the last part also returns the graph outputs no part computes (constants, as a
+            # buffer a torch module returns: no pipeline composed them, and each failed its validation)
+            outs += [t for t in g.graph_outputs if t not in given and t not in outs]
+        given.update(outs)
         ins = list(dict.fromkeys(t for p in range(lo, hi + 1) for t in g.inputs(p)
                                  if t in g.producer and g.producer[t] < lo and t not in exporter.consts))
         if not outs:
