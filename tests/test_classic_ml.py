@@ -200,8 +200,20 @@ def test_as_array_turns_sequences_and_maps_into_arrays():
     # another label fails, however close its checksum: 'axzhlz' and 'qkoajn' differ by 16 of a scale of ~4e9,
     # which passed 1 fp32 ulp of the scale (the bound where the cut tensors are fp32) as float checksums
     same, other = as_array(np.array(["qkoajn"])), as_array(np.array(["axzhlz"]))
-    assert compare(same, same.copy(), rel_bound(same.dtype, [np.float32], 1))["pass"]    # fp32 cut tensors
-    assert not compare(other, same, rel_bound(same.dtype, [np.float32], 1))["pass"]
+    fp32 = [float(np.finfo(np.float32).eps)]                                               # fp32 cut tensors
+    assert compare(same, same.copy(), rel_bound(same.dtype, fp32, 1))["pass"]
+    assert not compare(other, same, rel_bound(same.dtype, fp32, 1))["pass"]
+
+
+def test_maps_with_other_keys_differ():
+    """ZipMap's class labels are the keys: maps with the same probabilities under other labels passed (as_array
+    keeps the values only)."""
+    from lib.split.runner import compare_output
+    full = [{"bird": 0.1, "cat": 0.9}, {"bird": 0.7, "cat": 0.3}]
+    assert compare_output([dict(m) for m in full], full, [], 1)["pass"]
+    bad = compare_output([{"b": 0.1, "c": 0.9}, {"b": 0.7, "c": 0.3}], full, [], 1)
+    assert not bad["pass"] and "map keys differ" in bad["error"]
+    assert compare_output(None, full, [], 1)["error"] == "the composed parts do not produce this output"
 
 
 # ---------------------------------------------------------------- the pipeline end to end

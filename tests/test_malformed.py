@@ -194,6 +194,19 @@ def test_random_inputs_past_memory_are_refused(tmp_path):
     refused(tmp_path, path, "x", "smaller --shape-override", stage="01_profile_onnx.py")
 
 
+def test_a_bfloat16_graph_input_is_refused_with_a_way_out(tmp_path):
+    """A bfloat16 input: refused in one line that says why and what to do, drawn at random or given in an npz (the
+    advice was "pass --inputs-npz", and an npz could not hold one: |V2 refused)."""
+    path = relu_mul(tmp_path / "m.onnx", inputs=[helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [1, 4])],
+                    nodes=lambda ns: [helper.make_node("Cast", ["x"], ["c"], to=TensorProto.FLOAT, name="cast"),
+                                      helper.make_node("Relu", ["c"], ["r"], name="relu"), ns[1]])
+    refused(tmp_path, path, "input x is bfloat16", "keep_io_types", stage="01_profile_onnx.py")
+    npz = tmp_path / "x.npz"
+    np.savez(npz, x=np.zeros((1, 4), np.float32))
+    r = run_stage("02_shapes_flops_bytes.py", "--model", path, "--results", tmp_path / "r2", "--inputs-npz", npz)
+    assert_clean_error(r, "input x is bfloat16")
+
+
 def test_external_reference_seen_in_the_light_bytes(tmp_path):
     """read_light skips the walk over every node's attributes only when the light bytes hold no
     data_location = EXTERNAL besides the tensors it stripped itself; an external weight is always seen, as is

@@ -211,6 +211,32 @@ def test_randn_like_model_splits_compose_exactly(tmp_path, dynamo):
     assert runner(folder).returncode == 0
 
 
+def test_a_bfloat16_cut_tensor_is_exchanged_and_compared(tmp_path):
+    """An fp32 MLP rounding its activations to bfloat16 (Cast pairs): numpy has no bfloat16, and ONNX Runtime's run
+    cannot return one: every split cut at a bf16 tensor failed ("No corresponding Numpy type"). The parts exchange
+    it through OrtValues; the composition is exact, the cut tensor compared by its values; run_split.py too."""
+    T = onnx.TensorProto
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"], name="mm1"),
+             helper.make_node("Cast", ["a"], ["a16"], to=T.BFLOAT16, name="to_bf16"),
+             helper.make_node("Cast", ["a16"], ["a32"], to=T.FLOAT, name="to_fp32"),
+             helper.make_node("Relu", ["a32"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal(sh).astype(np.float32), n)
+             for n, sh in (("w1", (32, 64)), ("w2", (64, 8)))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [8, 32])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [8, 8])], inits)
+    model = tmp_path / "bf16.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(model))
+    rdir = tmp_path / "r"
+    rep = pipeline(model, rdir, lambda bd: list(bd.loc[bd["after_node"] == "to_bf16", "boundary"]))
+    (s,) = rep["splits"]
+    assert rep["all_pass"] and s["exactness"]["outputs"]["y"]["max_abs_diff"] == 0.0, s
+    (cut,) = s["cut_tensors"].values()
+    assert cut["pass"] and cut["max_abs_diff"] == 0.0 and cut["max_abs_value"] > 0
+    assert runner(rdir / "splits" / f"b{s['boundary']}").returncode == 0
+
+
 def test_dropout_in_training_mode_is_random_and_its_splits_compose_exactly(tmp_path):
     """Dropout with training_mode true draws a new mask at each run: 01 says so, 08 seeds it (an integer seed) in
     full.onnx and in the part that holds it. Unseeded, every split of this model failed its exactness check

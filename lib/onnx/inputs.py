@@ -227,6 +227,12 @@ def resolve_input_shapes(model: onnx.ModelProto, spec: InputSpec) -> dict[str, l
     return shapes
 
 
+# numpy has no bfloat16: an npz cannot hold one (ml_dtypes' arrays are saved as raw |V2), nor can ORT's run take one
+BF16_INPUT = ("input {} is bfloat16, which numpy has no type for (an npz saves it as raw bytes, ORT's Python run takes "
+              "none): not supported as a graph input; export the model with float32 inputs (a Cast to bfloat16 "
+              "inside, as onnxconverter-common's keep_io_types does)")
+
+
 def _check_arrays(inputs: list[onnx.ValueInfoProto], arrays: dict[str, np.ndarray], where: str) -> None:
     """Every npz entry names a graph input and has its element type (its rank is checked with the shapes)."""
     types = {i.name: i.type.tensor_type.elem_type for i in inputs}
@@ -234,6 +240,8 @@ def _check_arrays(inputs: list[onnx.ValueInfoProto], arrays: dict[str, np.ndarra
     if stray:
         raise StageError(f"--inputs-npz {where} has {stray}, which name no graph input (inputs: {sorted(types)})")
     for n, a in arrays.items():
+        if types[n] == onnx.TensorProto.BFLOAT16:
+            raise StageError(BF16_INPUT.format(n))
         try:
             want = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(types[n])) if types[n] else None
         except Exception:  # noqa: BLE001 - an element type numpy has no dtype for: ORT judges
@@ -263,6 +271,8 @@ def make_feeds(model: onnx.ModelProto, shapes: dict[str, list[int]], spec: Input
             feeds[inp.name] = arrays[inp.name]
             continue
         et = inp.type.tensor_type.elem_type
+        if et == onnx.TensorProto.BFLOAT16:
+            raise StageError(BF16_INPUT.format(inp.name))
         try:
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(et))
         except Exception:  # noqa: BLE001 - an element type onnx does not know

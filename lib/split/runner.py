@@ -51,6 +51,45 @@ DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(do
           "tensor(bool)": np.bool_}
 
 
+BF16 = "tensor(bfloat16)"
+BF16_EPS = 2.0 ** -7        # numpy has no bfloat16: its tensors are float32 arrays here, their exact values
+
+
+def run(sess, feeds, names=None):
+    """sess.run(names, feeds), bfloat16 tensors included (ORT's run cannot return them as numpy arrays: a split
+    whose cut tensor was bfloat16 failed "No corresponding Numpy type"): such a tensor is a float32 array of its
+    values, fed as an OrtValue of its bits and read back from the bits of the OrtValue ORT returns."""
+    ins = {i.name: i.type for i in sess.get_inputs()}
+    outs = {o.name: o.type for o in sess.get_outputs()}
+    if BF16 not in ins.values() and BF16 not in outs.values():
+        return sess.run(names, feeds)
+    import onnxruntime as ort
+    vals = {k: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(_bf16_bits(v), 16) if ins.get(k) == BF16
+            else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()}
+    return [_bf16_values(r) if r.data_type() == BF16 else r.numpy() for r in sess.run_with_ort_values(names, vals)]
+
+
+def _bf16_bits(v):
+    """A float array's values as bfloat16 bits (round to nearest even)."""
+    b = np.ascontiguousarray(v, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _bf16_values(ortvalue):
+    import ctypes
+    n = int(np.prod(ortvalue.shape(), dtype=np.int64))
+    bits = np.ctypeslib.as_array(ctypes.cast(ortvalue.data_ptr(), ctypes.POINTER(ctypes.c_uint16)), shape=(n,)) \
+        if n else np.zeros(0, np.uint16)
+    return (bits.astype(np.uint32) << 16).view(np.float32).reshape(ortvalue.shape()).copy()
+
+
+def stored_eps(sess, values):
+    """The float types part outputs are stored in (eps of each; bfloat16 outputs are float32 arrays here)."""
+    types = {o.name: o.type for o in sess.get_outputs()}
+    return [BF16_EPS if types.get(k) == BF16 else float(np.finfo(v.dtype).eps) for k, v in values.items()
+            if isinstance(v, np.ndarray) and (types.get(k) == BF16 or np.issubdtype(v.dtype, np.floating))]
+
+
 def fail(msg):
     print(f"error: {msg}", file=sys.stderr)
     sys.exit(2)
@@ -192,8 +231,26 @@ def rel_bound(dtype, stored, reduction_size):
     if not np.issubdtype(dtype, np.floating):
         return 0.0
     acc = np.float64 if dtype == np.float64 else np.float32
-    narrow = max(float(np.finfo(d).eps) for d in [dtype, *stored] if np.issubdtype(np.dtype(d), np.floating))
+    narrow = max([float(np.finfo(dtype).eps), *stored])     # stored: stored_eps()
     return max(bound_ulps(reduction_size) * float(np.finfo(acc).eps), narrow)
+
+
+def map_keys(v):
+    """The keys of a map output (ZipMap's class labels), of each map of a sequence; None for a tensor."""
+    if isinstance(v, dict):
+        return sorted(map(str, v))
+    if isinstance(v, list) and v and isinstance(v[0], dict):
+        return [map_keys(x) for x in v]
+    return None
+
+
+def compare_output(x, r, stored, reduction_size):
+    """One output as ORT returned it (tensors; sequences and maps as arrays, their keys equal): compare()."""
+    if x is not None and map_keys(x) != map_keys(r):
+        return {"pass": False, "error": f"the composed parts' map keys differ: {str(map_keys(x))[:80]}, full model "
+                                        f"{str(map_keys(r))[:80]}"}
+    r = as_array(r)
+    return compare(None if x is None else as_array(x), r, rel_bound(r.dtype, stored, reduction_size))
 
 
 def compare(x, r, rel):
@@ -224,21 +281,19 @@ def compare(x, r, rel):
 def compose(p1, p2, feeds):
     """part2(part1(x)): (part1's outputs, part2's feeds, every output the parts produce)."""
     f1 = {i.name: feeds[i.name] for i in p1.get_inputs()}
-    mid = dict(zip([o.name for o in p1.get_outputs()], p1.run(None, f1)))
+    mid = dict(zip([o.name for o in p1.get_outputs()], run(p1, f1)))
     feed2 = {i.name: (mid[i.name] if i.name in mid else feeds[i.name]) for i in p2.get_inputs()}
-    return mid, feed2, {**mid, **dict(zip([o.name for o in p2.get_outputs()], p2.run(None, feed2)))}
+    return mid, feed2, {**mid, **dict(zip([o.name for o in p2.get_outputs()], run(p2, feed2)))}
 
 
 def differences(open_session, feeds, optimize, reduction_size):
     """Fresh sessions of the three models at one optimization level, each run once: the per-output comparison,
     part1's outputs and part2's feeds."""
     full, p1, p2 = (open_session(n, optimize) for n in ("full.onnx", "part1.onnx", "part2.onnx"))
-    ref = dict(zip([o.name for o in full.get_outputs()], full.run(None, {i.name: feeds[i.name] for i in full.get_inputs()})))
+    ref = dict(zip([o.name for o in full.get_outputs()], run(full, {i.name: feeds[i.name] for i in full.get_inputs()})))
     mid, feed2, got = compose(p1, p2, feeds)
-    stored = [v.dtype for v in mid.values() if isinstance(v, np.ndarray)]
-    ref = {name: as_array(r) for name, r in ref.items()}    # sequences and maps (ZipMap) as arrays
-    out = {name: compare(as_array(got[name]) if name in got else None, r, rel_bound(r.dtype, stored, reduction_size))
-           for name, r in ref.items()}
+    stored = stored_eps(p1, mid)
+    out = {name: compare_output(got.get(name), r, stored, reduction_size) for name, r in ref.items()}
     return out, mid, feed2, (full, p1, p2)
 
 
@@ -267,9 +322,9 @@ def check(open_session, feeds, runs, reduction_size=1):
     full, p1, p2 = optimized or sessions
     dfeed2 = dfeed2 or feed2
     f1 = {i.name: feeds[i.name] for i in p1.get_inputs()}
-    lat = {"full_us": median_us(lambda: full.run(None, {i.name: feeds[i.name] for i in full.get_inputs()}), runs),
-           "part1_us": median_us(lambda: p1.run(None, f1), runs),
-           "part2_us": median_us(lambda: p2.run(None, dfeed2), runs),
+    lat = {"full_us": median_us(lambda: run(full, {i.name: feeds[i.name] for i in full.get_inputs()}), runs),
+           "part1_us": median_us(lambda: run(p1, f1), runs),
+           "part2_us": median_us(lambda: run(p2, dfeed2), runs),
            "composed_us": median_us(lambda: compose(p1, p2, feeds), runs)}
     report = {"pass": all(o["pass"] for o in exact.values()),
               "max_abs_diff": max((o.get("max_abs_diff") or 0.0 for o in exact.values()), default=0.0),
