@@ -170,6 +170,8 @@ def test_random_ops_cost_elements_generated():
     assert df.loc[["rn", "ru", "rnl", "be"], "flops"].tolist() == [6, 6, 6, 6]
     assert df.loc["mu", "flops"] == 2 * (5 + 3)                    # the distribution of 5 classes, 3 draws, per row
     assert df.loc[["rn", "rnl", "mu"], "act_out_bytes"].tolist() == [6 * 4, 6 * 8, 6 * 4]
+    # the *Like ops read their input's shape alone (its 24 bytes were counted read); Bernoulli reads p's values
+    assert df.loc[["ru", "rnl", "be"], "act_in_bytes"].tolist() == [0, 0, 6 * 4]
 
 
 @pytest.mark.parametrize("op,dtype,said", [("RandomNormal", TensorProto.INT64, "dtype = 7 (int64)"),

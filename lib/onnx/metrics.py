@@ -157,6 +157,8 @@ def _rows(g: Graph, consts: set[str]) -> list[list]:
         cost = None if op is None else node_cost(n, g, op) if op.control_flow else op.cost(n, g)
         act_in, act_out, w = (0, 0, 0) if pos in folded else \
             _node_bytes(ins, outs, consts, sget, tget, consumers, outputs)
+        if op is not None and op.like:      # RandomNormalLike reads its input's shape, never its values
+            act_in = 0
         if n.domain == ML_DOMAIN and pos not in folded:   # classical-ML parameters are attributes (tree tables, coefficients)
             w += attribute_bytes(n)
             act_out = sequence_bytes(n, g) if act_out is None else act_out   # ZipMap: no tensor shape

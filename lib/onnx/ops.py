@@ -57,6 +57,7 @@ class Op:
     typed_by_input: bool = False    # its output's element type is not the one it computes in: its input's is
     qdq_fused: bool = False         # DequantizeLinear -> op -> QuantizeLinear runs as one integer kernel in ORT
     shape_by_run: bool = False      # ORT's symbolic inference gets its output's shape wrong: take a run's
+    like: bool = False              # its input gives its output's shape and type alone (RandomNormalLike): no read
 
 
 FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is generated from this)
@@ -77,6 +78,7 @@ FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is ge
     "typed_by_input": "computes in its input's element type, not its output's: the node's dtype column",
     "qdq_fused": "fed by DequantizeLinear of 8-bit tensors, ORT runs it as an integer kernel (QLinearConv ...)",
     "shape_by_run": "ORT's symbolic shape inference gets its output's shape wrong: 02 takes it from a run",
+    "like": "its input gives its output's shape (and type) alone: its values are not read, no bytes in",
 }
 REGISTRY: dict[str, Op] = {}
 
@@ -575,6 +577,7 @@ flag("ConvInteger", "QLinearConv", "MatMulInteger", "QLinearMatMul", "com.micros
 flag("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", random=True,
      dtype_attribute=True)
 flag("EyeLike", dtype_attribute=True)
+flag("RandomNormalLike", "RandomUniformLike", "EyeLike", like=True)
 flag("Softmax", "LogSoftmax", "ArgMax", "ArgMin", along_axis=True)
 flag("Softmax", "LogSoftmax", softmax_exp=True)
 flag("Softmax", "LogSoftmax", "Exp", exponential=True)
