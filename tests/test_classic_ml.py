@@ -263,6 +263,20 @@ def test_string_inputs_from_an_npz(tmp_path):
     assert "cat is float32, the model's input is object" in r.stderr
 
 
+def test_a_string_cut_tensor_is_of_unknown_size_not_free(tmp_path):
+    """08 said a cut carrying 3 strings was "0.0 KiB": its size is unknown (counted apart), the known bytes summed."""
+    from lib.onnx.graph import build_graph
+    from lib.split.export import cut_bytes
+    nodes = [helper.make_node("LabelEncoder", ["x"], ["s"], name="le", domain=ML, keys_int64s=[0, 1],
+                              values_strings=["u", "v"], default_string="w"),
+             helper.make_node("CategoryMapper", ["s"], ["code"], name="cm", domain=ML, cats_strings=["u", "v"],
+                              cats_int64s=[1, 2], default_int64=0),
+             helper.make_node("Identity", ["x"], ["x2"], name="id")]
+    m = model(nodes, [vi("x", [3, 1], I64)], [vi("code", [3, 1], I64), vi("x2", [3, 1], I64)], ml=2)
+    g = build_graph(m)
+    assert cut_bytes(g, ["s", "x2"]) == {"comm_bytes": 3 * 8, "cut_unknown_size": 1}
+
+
 def test_knn_shapes_come_from_a_run_and_its_partitions_validate(tmp_path):
     """skl2onnx's KNN: ORT's shape inference says data.shape[:-1] + indices' shape (3x5) for ArrayFeatureExtractor
     over 1-D data, ORT's kernel writes [1, 15]; 02 trusted the inference, 08's parts declared 3x5 and ORT failed

@@ -66,8 +66,15 @@ def split_interface(g: Graph, b: int, consts: set[str]) -> dict:
             right_ins.append(t)
     left_ins = [t for t in g.graph_inputs if any(c <= b for c in g.consumers.get(t, ()))]
     return {"boundary": b, "after_node": g.names[b], "cut_tensors": cut, "left_graph_outputs": left_outs,
-            "right_graph_inputs": right_ins, "left_graph_inputs": left_ins,
-            "comm_bytes": int(sum(g.tensors[t].nbytes or 0 for t in cut if t in g.tensors))}
+            "right_graph_inputs": right_ins, "left_graph_inputs": left_ins, **cut_bytes(g, cut)}
+
+
+def cut_bytes(g: Graph, cut: list[str]) -> dict:
+    """comm_bytes: the cut tensors' bytes where known; cut_unknown_size: how many have no size from their shape (a
+    string tensor, a sequence), which 08's line said were 0.0 KiB."""
+    sizes = [g.tensors[t].nbytes if t in g.tensors else None for t in cut]
+    return {"comm_bytes": int(sum(s for s in sizes if s is not None)),
+            "cut_unknown_size": sum(s is None for s in sizes)}
 
 
 def closure(g: Graph, outputs: list[str], stop: set[str]) -> tuple[list[int], list[str]]:
@@ -581,8 +588,8 @@ def export_one(exporter: SplitExporter, b: int, out: Path, feeds: dict, opts: di
     if opts.get("diagram", "none") != "none":
         rep["diagram"] = [f.name for f in render(g, b, iface["cut_tensors"], out, opts.get("hops", 1), opts["diagram"])]
     write_json(rep, out / "validation_report.json")
-    return {**rep, "comm_bytes": iface["comm_bytes"], "external_data": iface["external_data"], "this_run": True,
-            "exported_by_run": meta.get("run_id")}
+    return {**rep, "comm_bytes": iface["comm_bytes"], "cut_unknown_size": iface["cut_unknown_size"],
+            "external_data": iface["external_data"], "this_run": True, "exported_by_run": meta.get("run_id")}
 
 
 def summary(reports: list[dict]) -> dict:
@@ -599,7 +606,9 @@ def split_line(r: dict) -> str:
     return (f"  b{r['boundary']}: {'PASS' if r['pass'] else 'FAIL'} exactness check, max|diff| {r['max_abs_diff']:.2e} "
             f"(optimizations off); deployment max|diff| {dep.get('max_abs_diff', float('nan')):.2e} "
             f"({dep.get('max_rel_to_scale', float('nan')):.1e} of scale); "
-            f"{len(r['cut_tensors'])} cut tensors, {r['comm_bytes'] / 1024:.1f} KiB; full {lat['full_us'] / 1e3:.2f} ms, "
+            f"{len(r['cut_tensors'])} cut tensors, {r['comm_bytes'] / 1024:.1f} KiB"
+            f"{' + %d of unknown size (strings, sequences)' % r['cut_unknown_size'] if r.get('cut_unknown_size') else ''}; "
+            f"full {lat['full_us'] / 1e3:.2f} ms, "
             f"part1 {lat['part1_us'] / 1e3:.2f} ms + part2 {lat['part2_us'] / 1e3:.2f} ms "
             f"(run back to back: {lat['composed_us'] / 1e3:.2f} ms)")
 

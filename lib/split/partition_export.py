@@ -20,7 +20,7 @@ from lib.artifacts import read_json, write_json
 from lib.errors import StageError
 from lib.onnx.graph import Graph
 from lib.provenance import same_inputs
-from lib.split.export import (ModelRunError, SplitExporter, _full_session, _link_or_copy, _ort_error, check_part,
+from lib.split.export import (ModelRunError, SplitExporter, _full_session, _link_or_copy, _ort_error, check_part, cut_bytes,
                               export_one, link_external_data, progress, pruned_note, split_line, validate, write_runner)
 from lib.split.runner import compare_output, run, session, stored_eps
 
@@ -39,8 +39,7 @@ def set_interface(g: Graph, left: np.ndarray, consts: set[str]) -> dict:
                 left_outs.append(t)
     ins = lambda side: [t for t in g.graph_inputs if any(left[c] == side for c in g.consumers.get(t, ()))]  # noqa: E731
     return {"cut_tensors": cut, "left_graph_outputs": left_outs, "right_graph_inputs": ins(False),
-            "left_graph_inputs": ins(True), "n_left": int(left.sum()),
-            "comm_bytes": int(sum(g.tensors[t].nbytes or 0 for t in cut if t in g.tensors))}
+            "left_graph_inputs": ins(True), "n_left": int(left.sum()), **cut_bytes(g, cut)}
 
 
 def _save(exporter: SplitExporter, parts: dict, out_dir: Path) -> dict:
@@ -112,7 +111,7 @@ def export_node_set(exporter: SplitExporter, names: list[str], out: Path, label:
         write_runner(out, {**iface, **meta, "boundary": label}, opts.get("inputs_npz"))
         rep = {"split": label, **validate(out, feeds, opts["atol"], opts["rtol"], opts["runs"], iface["cut_tensors"],
                                           exporter, opts.get("hint", ""))}
-        rep.update(n_left=iface["n_left"], comm_bytes=iface["comm_bytes"])
+        rep.update(n_left=iface["n_left"], comm_bytes=iface["comm_bytes"], cut_unknown_size=iface["cut_unknown_size"])
     except ModelRunError:
         raise
     except StageError as e:
