@@ -56,8 +56,7 @@ def main(argv=None):
     host = load_host(a.host)
     metrics = read_csv(a.rdir, "ops_metrics.csv", ("node", "op_type", "flops", "dtype"))
     measured = not a.no_profile and (a.rdir / "ops_latency.csv").exists()
-    names = ["metrics_meta.json"] + (["profile_meta.json"] if measured else [])
-    metas = res.require(*names, light=a.model)
+    metas = res.require("metrics_meta.json", *(["profile_meta.json"] if measured else []), light=a.model)
     latency = read_csv(a.rdir, "ops_latency.csv", ("node", *LATENCY_COLUMNS)) if measured else None
     if not measured:
         print("note: no ops_latency.csv (run 01_profile_onnx.py for measured latency): roofline and predicted time only")
