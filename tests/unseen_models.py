@@ -141,7 +141,8 @@ def build_dropout_train(path):
 
 
 BUILDERS = {"gru_state": build_gru_state, "conv_transformer": build_conv_transformer, "fp16_cnn": build_fp16_cnn,
-            "randn_like_ts": build_randn_like_ts, "randn_like_dynamo": build_randn_like_dynamo, "dropout_train": build_dropout_train}
+            "randn_like_ts": build_randn_like_ts, "randn_like_dynamo": build_randn_like_dynamo,
+            "dropout_train": build_dropout_train}
 
 
 def build_all(outdir, only=None):

@@ -175,7 +175,8 @@ class SplitExporter:
         except Exception as e:  # noqa: BLE001
             raise StageError(f"cannot read {self.path}: {type(e).__name__}: {str(e)[:200]}") from None
         self.nodes = original_nodes(g, self.model, self.path)
-        self.seeded = seed_random_nodes(self.nodes, self.model.graph)     # in self.model too: full.onnx is then written seeded
+        # in self.model too: full.onnx is then written seeded
+        self.seeded = seed_random_nodes(self.nodes, self.model.graph)
         self.reduction_size = reduction_size(g)
         self.weights = {t.name: t for t in self.model.graph.initializer}
         self.sparse = {t.values.name: t for t in self.model.graph.sparse_initializer}
@@ -603,11 +604,12 @@ def split_line(r: dict) -> str:
         return f"  b{r['boundary']}: FAIL {r['error']}"
     lat = r["latency_median"]
     dep = r.get("deployment") or {}
+    unknown = f" + {r['cut_unknown_size']} of unknown size (strings, sequences)" if r.get("cut_unknown_size") else ""
     return (f"  b{r['boundary']}: {'PASS' if r['pass'] else 'FAIL'} exactness check, max|diff| {r['max_abs_diff']:.2e} "
             f"(optimizations off); deployment max|diff| {dep.get('max_abs_diff', float('nan')):.2e} "
             f"({dep.get('max_rel_to_scale', float('nan')):.1e} of scale); "
             f"{len(r['cut_tensors'])} cut tensors, {r['comm_bytes'] / 1024:.1f} KiB"
-            f"{' + %d of unknown size (strings, sequences)' % r['cut_unknown_size'] if r.get('cut_unknown_size') else ''}; "
+            f"{unknown}; "
             f"full {lat['full_us'] / 1e3:.2f} ms, "
             f"part1 {lat['part1_us'] / 1e3:.2f} ms + part2 {lat['part2_us'] / 1e3:.2f} ms "
             f"(run back to back: {lat['composed_us'] / 1e3:.2f} ms)")

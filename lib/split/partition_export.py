@@ -20,8 +20,8 @@ from lib.artifacts import read_json, write_json
 from lib.errors import StageError
 from lib.onnx.graph import Graph
 from lib.provenance import same_inputs
-from lib.split.export import (ModelRunError, SplitExporter, _full_session, _link_or_copy, _ort_error, check_part, cut_bytes,
-                              export_one, link_external_data, progress, pruned_note, split_line, validate, write_runner)
+from lib.split.export import (ModelRunError, SplitExporter, _full_session, _link_or_copy, _ort_error, check_part,
+                              cut_bytes, export_one, link_external_data, progress, pruned_note, split_line, validate, write_runner)
 from lib.split.runner import compare_output, run, session, stored_eps
 
 
@@ -183,7 +183,8 @@ def check_chain(out_dir: Path, k: int, feeds: dict, reduction_size: int, hint: s
     for i in range(1, k + 1):
         sess = session(f"part{i}.onnx", "cpu", ort, out_dir, optimize=False)
         try:
-            got = dict(zip([o.name for o in sess.get_outputs()], run(sess, {x.name: env[x.name] for x in sess.get_inputs()})))
+            got = dict(zip([o.name for o in sess.get_outputs()],
+                           run(sess, {x.name: env[x.name] for x in sess.get_inputs()})))
         except Exception as e:  # noqa: BLE001 - ORT raises its own types: this partition fails, 08 goes on
             raise StageError(f"ONNX Runtime fails running part{i}: {_ort_error(e)}") from None
         stored += stored_eps(sess, got) if i < k else []

@@ -55,18 +55,26 @@ BF16 = "tensor(bfloat16)"
 BF16_EPS = 2.0 ** -7        # numpy has no bfloat16: its tensors are float32 arrays here, their exact values
 
 
-def run(sess, feeds, names=None):
-    """sess.run(names, feeds), bfloat16 tensors included (ORT's run cannot return them as numpy arrays: a split
-    whose cut tensor was bfloat16 failed "No corresponding Numpy type"): such a tensor is a float32 array of its
-    values, fed as an OrtValue of its bits and read back from the bits of the OrtValue ORT returns."""
+def runner_for(sess):
+    """feeds, names=None -> sess.run(names, feeds), bfloat16 tensors included (ORT's run cannot return them as numpy
+    arrays: a split whose cut tensor was bfloat16 failed "No corresponding Numpy type"): such a tensor is a float32
+    array of its values, fed as an OrtValue of its bits and read back from the bits of the OrtValue ORT returns.
+    The session's types are read once here, not at every timed run."""
     ins = {i.name: i.type for i in sess.get_inputs()}
-    outs = {o.name: o.type for o in sess.get_outputs()}
-    if BF16 not in ins.values() and BF16 not in outs.values():
-        return sess.run(names, feeds)
+    if BF16 not in ins.values() and all(o.type != BF16 for o in sess.get_outputs()):
+        return lambda feeds, names=None: sess.run(names, feeds)
     import onnxruntime as ort
-    vals = {k: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(_bf16_bits(v), 16) if ins.get(k) == BF16
-            else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()}
-    return [_bf16_values(r) if r.data_type() == BF16 else r.numpy() for r in sess.run_with_ort_values(names, vals)]
+
+    def run_bf16(feeds, names=None):
+        vals = {k: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(_bf16_bits(v), 16) if ins.get(k) == BF16
+                else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()}
+        return [_bf16_values(r) if r.data_type() == BF16 else r.numpy() for r in sess.run_with_ort_values(names, vals)]
+    return run_bf16
+
+
+def run(sess, feeds, names=None):
+    """One run of sess (runner_for)."""
+    return runner_for(sess)(feeds, names)
 
 
 def _bf16_bits(v):
@@ -322,9 +330,11 @@ def check(open_session, feeds, runs, reduction_size=1):
     full, p1, p2 = optimized or sessions
     dfeed2 = dfeed2 or feed2
     f1 = {i.name: feeds[i.name] for i in p1.get_inputs()}
-    lat = {"full_us": median_us(lambda: run(full, {i.name: feeds[i.name] for i in full.get_inputs()}), runs),
-           "part1_us": median_us(lambda: run(p1, f1), runs),
-           "part2_us": median_us(lambda: run(p2, dfeed2), runs),
+    f_full = {i.name: feeds[i.name] for i in full.get_inputs()}
+    run_full, run_p1, run_p2 = (runner_for(x) for x in (full, p1, p2))
+    lat = {"full_us": median_us(lambda: run_full(f_full), runs),
+           "part1_us": median_us(lambda: run_p1(f1), runs),
+           "part2_us": median_us(lambda: run_p2(dfeed2), runs),
            "composed_us": median_us(lambda: compose(p1, p2, feeds), runs)}
     report = {"pass": all(o["pass"] for o in exact.values()),
               "max_abs_diff": max((o.get("max_abs_diff") or 0.0 for o in exact.values()), default=0.0),
