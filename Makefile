@@ -43,10 +43,11 @@ endif
 
 # Stamps: a different model behind the same path or stem, another input spec, RUNS or PROFILE_ARGS must
 # rebuild what they affect. Each stamp file changes only when what it records changes. The file behind a symlink
-# (stat -L): the link's own size and time stayed when another model or npz was put behind it.
+# (stat -L): the link's own size and time stayed when another model or npz was put behind it. Its change time
+# (%Z, which no copy can set): a model of the same size copied over it with its timestamps kept the old figures.
 SPEC_STAMP    := $(R)/.spec
 PROFILE_STAMP := $(R)/.profile_args
-FILE_ID        = $(shell stat -L -c '%s %Y %i' $(1) 2>/dev/null)
+FILE_ID        = $(shell stat -L -c '%s %.9Y %.9Z %i' $(1) 2>/dev/null)
 SPEC_TEXT     := $(abspath $(MODEL)) $(call FILE_ID,$(MODEL)) | $(SPEC_ARGS) | $(if $(INPUTS),$(call FILE_ID,$(INPUTS)))
 PROFILE_TEXT  := $(RUNS) $(PROFILE_ARGS)
 ifneq ($(filter all,$(or $(MAKECMDGOALS),all)),)

@@ -335,6 +335,10 @@ def test_sweep_refuses_a_fixed_batch_and_fills_B(tmp_path):
         sweep.batch_overrides(path, 4, [], None, None)
     assert sweep.batch_overrides(path, 1, [], None, None) == ["x=1x3x32x32"]
     assert sweep.batch_overrides(path, 8, ["x=Bx3x32x32"], None, None) == ["x=8x3x32x32"]
+    # an override that fixes the batch dim ran (and was labelled) batch 4 at its own batch 2
+    with pytest.raises(StageError, match=r"fixes every dim, so batch 4 cannot be set: write the batch dim as B "
+                                         r"\(e.g. x=Bx3x32x32\)"):
+        sweep.batch_overrides(path, 4, ["x=2x3x32x32"], None, None)
     r = subprocess.run([sys.executable, "-m", "lib.latency.sweep", "--model", str(path), "--batches", "1", "2",
                         "--results", str(tmp_path / "res")], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "FIXED batch" in r.stderr and "Traceback" not in r.stderr

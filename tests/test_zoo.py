@@ -223,6 +223,19 @@ def test_local_engine(zoo, tmp_path):
     assert jobs[0]["entry"]["shape_args"] == "x=2x3x8x8"      # batches: [2] sets dim 0 of every input
 
 
+def test_a_batch_list_with_a_shape_override_sets_the_batch_or_fails(zoo, tmp_path):
+    """A shape override beside `batches` ran the override's batch under the batch's label (MACs of batch 2 in
+    the row of batch 4): its batch dim is written B, else the entry fails with the one-line reason."""
+    conv = str(zoo / "conv.onnx")
+    (tmp_path / "z.yaml").write_text(yaml.safe_dump({"models": [
+        {"model": conv, "shape_override": "x=Bx3x8x8", "batches": [4]},
+        {"model": conv, "shape_override": "x=2x3x8x8", "batches": [4]}]}))
+    jobs, records = plan(load_zoo(tmp_path / "z.yaml"), tmp_path / "results", "s")
+    assert [j["entry"]["shape_args"] for j in jobs] == ["x=4x3x8x8"]
+    (failed,) = records.values()
+    assert failed["status"] == "failed" and "write the batch dim as B (e.g. x=Bx3x8x8)" in failed["error"]
+
+
 def test_content_key_changes_only_with_what_affects_the_entry(zoo, tmp_path):
     entries = {e.stem: e for e in load_zoo(zoo / "zoo.yaml")}
     conv, mlp_e = entries["conv@b2"], entries["mlp@rows"]

@@ -174,8 +174,13 @@ def batch_overrides(model_path: str | Path, batch: int, user: list[str], workloa
     """--shape-override tokens for one batch: the user's with 'B' replaced, else dim 0 of every input = B.
     A fixed (non-symbolic) batch dim that differs from B is refused with one clear line."""
     if user:
-        toks = " ".join(user).replace(",", " ").split()
-        return [" ".join(t.split("=", 1)[0] + "=" + t.split("=", 1)[1].replace("B", str(batch)) for t in toks)]
+        toks = [t.split("=", 1) for t in " ".join(user).replace(",", " ").split() if "=" in t]
+        if not any("B" in dims for _, dims in toks):
+            # the override fixes every dim: batch B would silently run (and be labelled) at the override's batch
+            raise StageError(f"the shape override {' '.join('='.join(t) for t in toks)} fixes every dim, so batch "
+                             f"{batch} cannot be set: write the batch dim as B (e.g. {toks[0][0]}=B"
+                             f"{toks[0][1][toks[0][1].find('x'):] if 'x' in toks[0][1] else ''})")
+        return [" ".join(f"{name}={dims.replace('B', str(batch))}" for name, dims in toks)]
     model = load_model(model_path)
     shapes = _input_shapes(model, workload, preset)
     fixed = []

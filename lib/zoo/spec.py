@@ -78,8 +78,8 @@ def problem_of(e: Entry, root: Path = REPO) -> str:
         return f"model {e.model} not found"
     if e.inputs_npz and not (root / e.inputs_npz).is_file():
         return f"inputs_npz {e.inputs_npz} not found"
-    try:
-        parse_shape_overrides([e.shape_override])
+    try:    # with a batch list the batch dim is written B (lib/latency/sweep.py's batch_overrides)
+        parse_shape_overrides([e.shape_override.replace("B", "1") if e.batch is not None else e.shape_override])
     except StageError as err:
         return str(err).replace("--shape-override", "shape_override")
     return ""
