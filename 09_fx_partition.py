@@ -64,9 +64,10 @@ def main(argv=None):
     p.add_argument("--compare", nargs="+", metavar="MODEL", help="analyse several models and print them side by side")
     a = cli.parse(p, argv)
     shape = parse_shape(a.input_shape)
+    for flag, v in (("--batch", a.batch), ("--max-fuse", a.max_fuse)):
+        if v is not None and v < 1:
+            raise StageError(f"{flag} must be >= 1")
     if a.batch is not None:
-        if a.batch < 1:
-            raise StageError("--batch must be >= 1")
         shape[0] = a.batch
     if a.compare:
         return compare(a, shape)

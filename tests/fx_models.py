@@ -1,6 +1,7 @@
 """Hand-made modules for stage 09's tests, importable as tests.fx_models:<factory>."""
 import torch
 from torch import nn
+import torch.nn.functional as F
 
 
 class ForkJoin(nn.Module):
@@ -143,3 +144,66 @@ class AttentionBlock(nn.Module):
 
 def attention_block():
     return AttentionBlock()
+
+
+class Hidden:
+    """What a custom module may return: a plain object holding the tensor (out.hidden)."""
+
+    def __init__(self, hidden):
+        self.hidden = hidden
+
+
+class Backbone(nn.Module):
+    """Untraceable (a leaf after the fallback): Linear 16->16 and an LSTM 16->32 (batch_first) on 2-D or 3-D input."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.lstm = nn.LSTM(16, 32, batch_first=True)
+
+    def forward(self, x):
+        if x.sum() > 1e9:
+            x = -x
+        y = self.fc(x)
+        return Hidden(self.lstm(y)[0] if y.dim() == 3 else y)
+
+
+class Wrapped(nn.Module):
+    """A head on the backbone's out.hidden (as on a Hugging Face model's .last_hidden_state)."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.backbone = Backbone()
+        self.head = nn.Linear(width, 4)
+
+    def forward(self, x):
+        return self.head(self.backbone(x).hidden)
+
+
+def wrapped_linear():
+    return Wrapped(16)
+
+
+def wrapped_lstm():
+    return Wrapped(32)
+
+
+class Edges(nn.Module):
+    """A returned tensor that is also read, an in-place method and F.relu(inplace=True), a pool by keyword,
+    and the four parts of x.chunk(4)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 2, 1, bias=False)
+
+    def forward(self, x):
+        y = self.conv(x)
+        z = y.clone()
+        z.mul_(2.0)
+        pooled = F.avg_pool2d(F.relu(z, inplace=True), kernel_size=2)
+        a, b, c, d = x.flatten(1).chunk(4, dim=1)
+        return y, pooled, a * b + c * d
+
+
+def edges():
+    return Edges()

@@ -120,7 +120,7 @@ def test_macs_that_the_counter_sees_in_any_class_and_recurrent_nets():
 def test_bad_factories_and_empty_models_in_one_line(tmp_path):
     for args, needle in ((["--model", "tests.fx_models:raises"], "tests.fx_models:raises() failed: ValueError"),
                          (["--model", "tests.fx_models:nothing", "--input-shape", "1x8"], "computes nothing"),
-                         (["--model", "vit_b_16", "--input-shape", "1x3x64x64"], "does not run on input shape")):
+                         (["--model", "vit_b_16", "--input-shape", "1x3x64x64"], "does not run on one float32 tensor of shape")):
         r = run_stage("09_fx_partition.py", *args, "--results", tmp_path / "x")
         assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
 
@@ -137,3 +137,34 @@ def test_a_fused_subgraph_reads_the_graph_input_it_uses():
     sg = analyze("tests.fx_models:attention_block", [1, 10, 64])["subgraphs"].set_index("pattern")
     row = sg.loc["add+LayerNorm"]
     assert row["bytes_after"] == 2560 + 2560 + 2560 + 2 * 64 * 4      # x, attention in; its output; LayerNorm's weights
+
+
+def test_objects_held_outputs_in_place_ops_returned_tensors_and_picks():
+    """Hand counts on models as people write them (each figure was wrong before): a custom leaf returning a plain
+    object (its Linear had no output: utilization 1e-9, 3.9 s), read by getattr (dropped as a shape op, which cut
+    the edge), an LSTM inside a custom leaf (0 MACs, marked known), a tensor the model returns fused away, an
+    in-place mul_ (cost unknown, unordered against a later relu of the same tensor), a pool's kernel_size given
+    by keyword (an IndexError), the parts of x.chunk(4) (each charged the whole input)."""
+    res = analyze("tests.fx_models:wrapped_linear", [2, 16])
+    n, s = res["nodes"].set_index("kind"), res["summary"]
+    assert n.loc["Backbone", "macs"] == 2 * 16 * 16 and n.loc["Backbone", "out_bytes"] == 2 * 16 * 4
+    assert n.loc["Backbone", "host_time_us"] < 100 and s["critical_path_ops"] == 3 == s["stages"]
+    assert analyze("tests.fx_models:wrapped_lstm", [2, 7, 16])["nodes"].set_index("kind").loc["Backbone"][
+        ["macs", "cost_known"]].tolist() == [2 * 7 * 16 * 16 + 7 * 2 * 4 * 32 * (16 + 32), True]
+    res = analyze("tests.fx_models:edges", [1, 2, 6, 6])
+    n, sg = res["nodes"].set_index("node"), res["subgraphs"]
+    assert n.loc["conv", "subgraph"] != n.loc["clone", "subgraph"]            # y is returned: written
+    assert n.loc["mul_", ["flops", "cost_known"]].tolist() == [72, True]
+    assert "mul_" in n.loc["relu", "inputs"].split(";") and n.loc["relu", "stage"] > n.loc["mul_", "stage"]
+    assert n.loc["avg_pool2d", "flops"] == 2 * 3 * 3 * 4
+    picks = ["getitem", "getitem_1", "getitem_2", "getitem_3"]     # each reads and writes its 18 floats
+    assert (n.loc[picks, "in_bytes"] == 18 * 4).all() and (sg.set_index("nodes").loc[picks, "bytes_after"] == 2 * 72).all()
+
+
+def test_max_fuse_and_module_paths_that_do_not_import_are_one_line(tmp_path):
+    for args, needle in ((["--model", "tests.fx_models:fork_join", "--max-fuse", "0"], "--max-fuse must be >= 1"),
+                         (["--model", ":f"], "cannot import :f: ValueError"),
+                         (["--model", ".fx_models:f"], "cannot import .fx_models:f: TypeError")):
+        r = run_stage("09_fx_partition.py", *args, "--input-shape", "1x3x8x8", "--results", tmp_path / "x")
+        assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+        assert not (tmp_path / "x").exists()

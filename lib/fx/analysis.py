@@ -37,7 +37,7 @@ FX_TO_ONNX = {
     "contiguous": "Identity", "cat": "Concat", "concat": "Concat", "stack": "Concat", "getitem": "Gather",
     "unsqueeze": "Unsqueeze", "squeeze": "Squeeze", "expand": "Expand", "chunk": "Split", "split": "Split",
     "stochastic_depth": "Identity", "dropout": "Dropout", "clone": "Identity", "to": "Cast", "type_as": "Cast",
-    "repeat": "Tile", "narrow": "Slice", "select": "Gather", "size": "Shape", "dim": "Shape", "getattr": "Shape",
+    "repeat": "Tile", "narrow": "Slice", "select": "Gather", "size": "Shape", "dim": "Shape", "getattr": "Identity",
     "_assert": "Identity", "eq": "Equal", "floordiv": "Div", "floor_divide": "Div",
 }
 MAC_KINDS = {"Linear": "gemm", "linear": "gemm", "MultiheadAttention": "attention", "scaled_dot_product_attention":
@@ -53,8 +53,8 @@ def load_torch_model(spec: str):
         mod, _, fn = spec.partition(":")
         try:
             factory = getattr(importlib.import_module(mod), fn)
-        except (ImportError, AttributeError) as e:
-            raise StageError(f"cannot import {spec}: {e}") from None
+        except Exception as e:  # noqa: BLE001 - the user's module may raise anything on import (a SyntaxError)
+            raise StageError(f"cannot import {spec}: {type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
         try:
             model = factory()
         except Exception as e:  # noqa: BLE001 - the user's factory: its error, in one line
@@ -102,14 +102,17 @@ def _kind(node, modules) -> str:
     return node.op
 
 
-def _tensors(value):
+def _tensors(value, depth: int = 0):
     import torch
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
+        return [t for v in value for t in _tensors(v, depth)]
     if isinstance(value, Mapping):      # Hugging Face's ModelOutput, a dict of tensors: its submodule was dropped
-        return [t for v in value.values() for t in _tensors(v)]
+        return [t for v in value.values() for t in _tensors(v, depth)]
+    if depth < 2 and hasattr(value, "__dict__") and not isinstance(value, (type, torch.nn.Module)):
+        # an object a custom leaf module returns (out.hidden): counted as no output, its Linear ran 3.9 s
+        return [t for v in vars(value).values() for t in _tensors(v, depth + 1)]
     return []
 
 
@@ -136,6 +139,22 @@ def _nbytes(ts) -> int:
     return int(sum(t.numel() * t.element_size() for t in ts))
 
 
+def onnx_op(kind: str) -> str | None:
+    """The registry op of an FX node kind; an in-place method (mul_, add_) as its out-of-place twin."""
+    return FX_TO_ONNX.get(kind) or (FX_TO_ONNX.get(kind[:-1]) if kind.endswith("_") and not kind.endswith("__")
+                                    else None)
+
+
+IN_PLACE_FUNCTIONS = {"iadd", "isub", "imul", "itruediv"}      # x += y in a forward
+
+
+def mutates(n, kind: str, module) -> bool:
+    """The node writes into its first input (y.mul_(2), F.relu(y, inplace=True), nn.ReLU(inplace=True), y += x)."""
+    if n.op == "call_method" and kind.endswith("_") and not kind.endswith("__"):
+        return True
+    return kind in IN_PLACE_FUNCTIONS or n.kwargs.get("inplace") is True or getattr(module, "inplace", False) is True
+
+
 def op_class(kind: str, module) -> str:
     """The registry's op class of the ONNX op an FX node corresponds to (conv classes from the module)."""
     import torch
@@ -147,21 +166,23 @@ def op_class(kind: str, module) -> str:
         return "recurrent"
     if kind in MAC_KINDS:
         return MAC_KINDS[kind]
-    op = REGISTRY.get(FX_TO_ONNX.get(kind, ""))
+    op = REGISTRY.get(onnx_op(kind) or "")
     if op is None or callable(op.op_class):
         return "other"
     return op.op_class
 
 
-def fx_cost(kind: str, module, args, numel_in: int, numel_out: int) -> tuple[float, bool]:
-    """FLOPs of a non-MAC FX node by the registry's conventions: per-element ops x output elements, window
+def fx_cost(kind: str, module, n, numel_in: int, numel_out: int) -> tuple[float, bool]:
+    """FLOPs of a non-MAC FX node n by the registry's conventions: per-element ops x output elements, window
     pools x the window, global pools and reductions by their inputs (and outputs)."""
-    key = FX_TO_ONNX.get(kind)
+    key = onnx_op(kind)
     op = REGISTRY.get(key or "")
     if op is None:
         return float("nan"), False
     if key in ("MaxPool", "AveragePool"):
-        k = module.kernel_size if module is not None else args[1]
+        k = module.kernel_size if module is not None else (n.args[1] if len(n.args) > 1 else n.kwargs.get("kernel_size"))
+        if k is None:
+            return float("nan"), False
         rank = 1 if kind.endswith("1d") else 2        # an int kernel_size is k per spatial dim
         return float(numel_out * (math.prod(k) if isinstance(k, (tuple, list)) else k ** rank)), True
     if key in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean"):
@@ -171,24 +192,64 @@ def fx_cost(kind: str, module, args, numel_in: int, numel_out: int) -> tuple[flo
     return float(op.per_element * numel_out), op.per_element is not None
 
 
-def _node_cost(n, kind: str, cls: str, module, counted: float, acts: list, outs: list) -> tuple:
+def _node_cost(n, kind: str, cls: str, module, counted: float, rnns: list, acts: list, outs: list) -> tuple:
     """(FLOPs, MACs, known, op class) of one FX node run once: FlopCounterMode's count where it saw MACs
-    (matmuls, convs, attention: 2 per MAC, whatever the class), stage 02's recurrent formula for nn.LSTM & co (the
-    counter sees none of them), unknown for another MAC op it saw nothing of, else the registry's per-element
-    counts."""
-    rnn = rnn_flops(module, list(acts[0].shape)) if cls == "recurrent" and acts else None
+    (matmuls, convs, attention: 2 per MAC, whatever the class), plus stage 02's recurrent formula for each nn.LSTM &
+    co that ran inside it (rnns: rnn_flops() of each, None where its input was no batch of sequences; the counter
+    sees none of them), unknown for another MAC op it saw nothing of, else the registry's per-element counts."""
     if n.op == "get_attr":
         return 0.0, 0.0, True, "weight"
-    if rnn is not None:
-        return rnn[0], rnn[1], True, cls
+    if rnns:        # the node is an nn.LSTM, or a custom leaf module holding one (its LSTM counted 0, marked known)
+        if any(r is None for r in rnns):
+            return float("nan"), float("nan"), False, cls
+        return counted + sum(r[0] for r in rnns), counted / 2 + sum(r[1] for r in rnns), True, cls
     if counted:
         return float(counted), float(counted) / 2, True, cls
     if not outs:
         return 0.0, 0.0, True, "shape"
     if cls in MAC_CLASSES:
         return float("nan"), float("nan"), False, cls
-    flops, known = fx_cost(kind, module, n.args, sum(t.numel() for t in acts), sum(t.numel() for t in outs))
+    flops, known = fx_cost(kind, module, n, sum(t.numel() for t in acts), sum(t.numel() for t in outs))
     return flops, 0.0 if known else float("nan"), known, cls
+
+
+def _rnn_hooks(module, found: list) -> list:
+    """Forward hooks on every nn.LSTM / GRU / RNN in module (itself included) that append rnn_flops() of each run."""
+    import torch
+
+    def hook(m, inp, out):
+        x = inp[0] if inp else None
+        found.append(rnn_flops(m, list(x.shape)) if isinstance(x, torch.Tensor) else None)
+    return [] if module is None else [m.register_forward_hook(hook) for m in module.modules()
+                                      if isinstance(m, torch.nn.RNNBase)]
+
+
+class _Order:
+    """Producers of each node, with the order in-place ops impose: a node reading a tensor after y.mul_(2)
+    depends on it, and the in-place op on every earlier reader of y (FX's graph has no edge for a mutation:
+    mul_ and a later relu(y) read as parallel)."""
+
+    def __init__(self):
+        self.writer, self.readers = {}, {}
+
+    def inputs(self, n, writes: bool) -> list[str]:
+        deps = [a.name for a in n.all_input_nodes if a.op != "get_attr"]
+        out = deps + [self.writer[d] for d in deps if d in self.writer]
+        target = n.args[0].name if writes and n.args and hasattr(n.args[0], "name") else None
+        if target is not None:
+            out += self.readers.get(target, [])
+            self.writer[target] = n.name
+        for d in deps:
+            self.readers.setdefault(d, []).append(n.name)
+        return list(dict.fromkeys(x for x in out if x != n.name))
+
+
+def _shape_row(outs: list, numel_out: int) -> dict:
+    shape = list(outs[0].shape) if outs else []
+    return {"out_shape": "x".join(map(str, shape)), "dtype": str(outs[0].dtype).replace("torch.", "") if outs else "",
+            "threads": numel_out, "batch_par": shape[0] if len(shape) >= 1 else 1,
+            "channel_par": (shape[1] if len(shape) == 4 else shape[-1]) if len(shape) >= 2 else 1,
+            "spatial_par": math.prod(shape[2:]) if len(shape) == 4 else (shape[1] if len(shape) == 3 else 1)}
 
 
 def characterize(gm, example) -> pd.DataFrame:
@@ -199,36 +260,38 @@ def characterize(gm, example) -> pd.DataFrame:
 
     modules = dict(gm.named_modules())
     rows: list[dict] = []
+    order = _Order()
 
     class Recorder(Interpreter):
         def run_node(self, n):
-            with FlopCounterMode(display=False) as fc:
-                out = super().run_node(n)
+            module = modules.get(n.target) if n.op == "call_module" else None
+            rnns: list = []
+            hooks = _rnn_hooks(module, rnns)
+            try:
+                with FlopCounterMode(display=False) as fc:
+                    out = super().run_node(n)
+            finally:
+                for h in hooks:
+                    h.remove()
             if n.op in ("placeholder", "output"):
                 return out
             outs = _tensors(out)
             ins = [t for a in n.all_input_nodes for t in _tensors(self.env.get(a))]
             weights = [t for a in n.all_input_nodes if a.op == "get_attr" for t in _tensors(self.env.get(a))]
-            module = modules.get(n.target) if n.op == "call_module" else None
             if module is not None:
                 weights += list(module.parameters()) + [b for b in module.buffers()]
             acts = [t for t in ins if not any(t is w for w in weights)]
             kind = _kind(n, modules)
-            cls = op_class(kind, module)
-            numel_out = sum(t.numel() for t in outs)
-            flops, macs, known, cls = _node_cost(n, kind, cls, module, fc.get_total_flops(), acts, outs)
-            shape = list(outs[0].shape) if outs else []
+            flops, macs, known, cls = _node_cost(n, kind, op_class(kind, module), module, fc.get_total_flops(), rnns,
+                                                 acts, outs)
+            op = REGISTRY.get(onnx_op(kind) or "")
             rows.append({
                 "node": n.name, "op": n.op, "kind": kind, "op_class": cls, "flops": flops, "macs": macs,
-                "cost_known": known, "in_bytes": _nbytes(acts), "out_bytes": _nbytes(outs),
-                "weight_bytes": _nbytes(weights), "out_shape": "x".join(map(str, shape)),
-                "dtype": str(outs[0].dtype).replace("torch.", "") if outs else "",
-                "threads": numel_out, "batch_par": shape[0] if len(shape) >= 1 else 1,
-                "channel_par": (shape[1] if len(shape) == 4 else shape[-1]) if len(shape) >= 2 else 1,
-                "spatial_par": math.prod(shape[2:]) if len(shape) == 4 else (shape[1] if len(shape) == 3 else 1),
-                "depthwise": cls == "conv_depthwise",
-                "inputs": ";".join(a.name for a in n.all_input_nodes if a.op != "get_attr"),
-                "users": len(n.users),
+                "cost_known": known, "in_bytes": _nbytes(outs if op is not None and op.pick else acts),
+                "out_bytes": _nbytes(outs), "weight_bytes": _nbytes(weights),
+                **_shape_row(outs, sum(t.numel() for t in outs)), "depthwise": cls == "conv_depthwise",
+                "inputs": ";".join(order.inputs(n, mutates(n, kind, module))), "users": len(n.users),
+                "returned": any(u.op == "output" for u in n.users),
             })
             return out
 

@@ -44,10 +44,11 @@ def pattern(kinds: list[str], classes: list[str]) -> str:
 
 def fuse(nodes: pd.DataFrame, max_ops: int = 8) -> tuple[pd.DataFrame, np.ndarray]:
     """Greedy sequential fusion: a node joins the running subgraph when its only producer is the subgraph's
-    tail, the tail has no other user (no fork), the node is not a join, it is an epilogue-class op, and the
-    subgraph has fewer than max_ops nodes. Returns (subgraph table, subgraph id per node)."""
+    tail, the tail has no other user (no fork; the model's output counts as one: a tensor it returns is written),
+    the node is not a join, it is an epilogue-class op, and the subgraph has fewer than max_ops nodes. Returns
+    (subgraph table, subgraph id per node)."""
     preds = edges(nodes)
-    users = [0] * len(nodes)
+    users = nodes["returned"].astype(int).tolist() if "returned" in nodes else [0] * len(nodes)
     for ps in preds:
         for p in ps:
             users[p] += 1
@@ -68,10 +69,10 @@ def fuse(nodes: pd.DataFrame, max_ops: int = 8) -> tuple[pd.DataFrame, np.ndarra
         sub = nodes.iloc[mem]
         inside = set(mem)
         internal = sub["out_bytes"].iloc[:-1].sum()      # every non-tail output is consumed only inside
-        ext_in = sum(nodes["out_bytes"].iat[p] for m in mem for p in preds[m] if p not in inside)
-        # what a member reads from no node (a graph input), producers or not (an add+LayerNorm's x was left out)
-        ext_in += sum(max(0.0, nodes["in_bytes"].iat[m] - sum(nodes["out_bytes"].iat[p] for p in preds[m]))
-                      for m in mem)
+        # what a member reads, less what its subgraph made for it: its producers outside and graph inputs (an
+        # add+LayerNorm's x), a pick (x.chunk(4)[i]) only its part of a producer's output
+        ext_in = sum(max(0.0, nodes["in_bytes"].iat[m] - sum(nodes["out_bytes"].iat[p] for p in preds[m] if p in inside))
+                     for m in mem)
         before = float((sub["in_bytes"] + sub["out_bytes"] + sub["weight_bytes"]).sum())
         after = float(ext_in + sub["out_bytes"].iat[-1] + sub["weight_bytes"].sum())
         rows.append({"subgraph": gid, "pattern": pattern(list(sub["kind"]), list(sub["op_class"])), "ops": len(mem),

@@ -28,8 +28,10 @@ def analyze(spec: str, shape: list[int], max_fuse: int = 8, hardware_dir=None) -
     except StageError:
         raise
     except Exception as e:  # noqa: BLE001 - the model's own check (vit_b_16's AssertionError on the image size)
-        raise StageError(f"{spec} does not run on input shape {'x'.join(map(str, shape))}: "
-                         f"{type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
+        raise StageError(f"{spec} does not run on one float32 tensor of shape {'x'.join(map(str, shape))} (09 feeds "
+                         f"nothing else: wrap a model that takes integer ids, several or named inputs in a factory "
+                         f"whose module takes that one tensor): {type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:200]}") from None
     nodes = compute_nodes(nodes)
     if nodes.empty:
         raise StageError(f"{spec} computes nothing from its input (no node but weights and shape arithmetic)")
