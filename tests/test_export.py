@@ -26,7 +26,7 @@ def run_runner(folder, *args):
                           timeout=300)
 
 
-@pytest.mark.parametrize("name", ["resnet50", "mobilenet_v2", "efficientnet_b0"])
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "efficientnet_b0"])
 def test_top5_splits_validate_and_match_07(tv_models, tmp_path, name):
     model = tv_models(name)
     rep = pipeline(model, tmp_path, "--top-k", "5", "--diagram", "none")

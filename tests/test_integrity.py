@@ -142,7 +142,7 @@ def test_another_model_or_npz_behind_a_symlink_rebuilds(tmp_path):
         shutil.copy(src, dst)
         os.utime(dst, (946684800, 946684800))                # older than any result
         assert "02_shapes_flops_bytes.py" in make("-n", "all", *base).stdout, dst
-        assert make("all", *base).returncode == 0
+    assert make("all", *base).returncode == 0
     assert json.loads((tmp_path / "r" / "metrics_meta.json").read_text())["op_counts"] == {"Relu": 1}
     # a model of the same size copied over it with its timestamps (same size, mtime and inode): the zoo kept
     # the replaced model's figures, marked ok
