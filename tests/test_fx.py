@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_stage
+from lib.fx.hardware import load_profiles, map_subgraphs
 from lib.fx.partition import analyze
 
 SHAPE = [1, 3, 8, 8]
@@ -168,3 +169,13 @@ def test_max_fuse_and_module_paths_that_do_not_import_are_one_line(tmp_path):
         r = run_stage("09_fx_partition.py", *args, "--input-shape", "1x3x8x8", "--results", tmp_path / "x")
         assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
         assert not (tmp_path / "x").exists()
+
+
+def test_a_subgraph_whose_outputs_were_not_seen_runs_at_the_peak():
+    """threads 0 (no output tensor seen) gave utilization 1e-9: a 16x16 Linear took 3.9 s on the host."""
+    prof = load_profiles()["host"]
+    sg = pd.DataFrame({"subgraph": [0], "threads": [0], "flops": [2e6], "bytes_after": [0.0], "weight_bytes": [0.0]})
+    m = map_subgraphs(sg, prof)
+    peak = float(prof["peak_flops_per_s"][prof.get("run_precision", "fp32")])
+    assert m["utilization"].iat[0] == 1.0
+    assert m["latency_us"].iat[0] == pytest.approx(2e6 / peak * 1e6 + float(prof.get("kernel_overhead_us", 0.0)))
