@@ -43,12 +43,14 @@ endif
 
 # Stamps: a different model behind the same path or stem, another input spec, RUNS or PROFILE_ARGS must
 # rebuild what they affect. Each stamp file changes only when what it records changes. The file behind a symlink
-# (stat -L): the link's own size and time stayed when another model or npz was put behind it. Its change time
-# (%Z, which no copy can set): a model of the same size copied over it with its timestamps kept the old figures.
+# (stat -L): the link's own size and time stayed when another model or npz was put behind it. CONTENT_ID (make
+# zoo passes the files' sha256): a model of the same size copied over MODEL with its timestamps kept (same size,
+# mtime and inode) kept the old figures. Not the change time: 08's hard links into splits/ change it every run.
+CONTENT_ID    ?=
 SPEC_STAMP    := $(R)/.spec
 PROFILE_STAMP := $(R)/.profile_args
-FILE_ID        = $(shell stat -L -c '%s %.9Y %.9Z %i' $(1) 2>/dev/null)
-SPEC_TEXT     := $(abspath $(MODEL)) $(call FILE_ID,$(MODEL)) | $(SPEC_ARGS) | $(if $(INPUTS),$(call FILE_ID,$(INPUTS)))
+FILE_ID        = $(shell stat -L -c '%s %Y %i' $(1) 2>/dev/null)
+SPEC_TEXT     := $(abspath $(MODEL)) $(call FILE_ID,$(MODEL)) | $(SPEC_ARGS) | $(if $(INPUTS),$(call FILE_ID,$(INPUTS))) $(CONTENT_ID)
 PROFILE_TEXT  := $(RUNS) $(PROFILE_ARGS)
 ifneq ($(filter all,$(or $(MAKECMDGOALS),all)),)
 $(shell mkdir -p $(R); printf '%s\n' "$(SPEC_TEXT)" | cmp -s - $(SPEC_STAMP) || printf '%s\n' "$(SPEC_TEXT)" > $(SPEC_STAMP))

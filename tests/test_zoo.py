@@ -25,9 +25,9 @@ from lib.latency import host_reference
 from lib.latency.kernel_model import load_kernel_model
 from lib.report.page import BROWSER_ARGS, build_index
 from lib.zoo.engines import stop_process_group
-from lib.zoo.remote import error_line
+from lib.zoo.remote import error_line, make_command
 from lib.zoo.run import plan
-from lib.zoo.spec import code_version, configs_version, entry_key, load_zoo
+from lib.zoo.spec import code_version, configs_version, content_id, entry_key, load_zoo
 from lib.zoo.table import write_table
 
 DASK = str(REPO / ".venv" / "bin" / "dask")
@@ -234,6 +234,23 @@ def test_a_batch_list_with_a_shape_override_sets_the_batch_or_fails(zoo, tmp_pat
     assert [j["entry"]["shape_args"] for j in jobs] == ["x=4x3x8x8"]
     (failed,) = records.values()
     assert failed["status"] == "failed" and "write the batch dim as B (e.g. x=Bx3x8x8)" in failed["error"]
+
+
+def test_make_is_told_the_model_bytes(zoo, tmp_path):
+    """A model of the same size copied over the entry's with its timestamps (same size, mtime, inode): make's
+    file stamp saw no change and the row kept the old model's figures, marked ok. The zoo passes the bytes'
+    hash to make (CONTENT_ID, part of its spec stamp)."""
+    model = tmp_path / "m.onnx"
+    model.write_bytes((zoo / "conv.onnx").read_bytes())
+    (tmp_path / "z.yaml").write_text(yaml.safe_dump({"models": [{"model": str(model)}]}))
+    ids = []
+    for old, new in ((b"", b""), (b"Relu", b"Tanh")):
+        st = os.stat(model)
+        model.write_bytes(model.read_bytes().replace(old, new) if old else model.read_bytes())
+        os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns))
+        (job,), _ = plan(load_zoo(tmp_path / "z.yaml"), tmp_path / "results", "s")
+        ids.append(next(a for a in make_command(job["entry"], "r", 1, 1) if a.startswith("CONTENT_ID=")))
+    assert ids[0] != ids[1] and ids[1] == f"CONTENT_ID={content_id(load_zoo(tmp_path / 'z.yaml')[0])}"
 
 
 def test_content_key_changes_only_with_what_affects_the_entry(zoo, tmp_path):

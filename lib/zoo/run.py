@@ -16,7 +16,7 @@ from lib.latency.sweep import batch_overrides
 from lib.progress import Progress
 from lib.report.page import build_index
 from lib.zoo import engines
-from lib.zoo.spec import Entry, code_version, configs_version, entry_key, load_zoo
+from lib.zoo.spec import Entry, code_version, configs_version, content_id, entry_key, load_zoo
 from lib.zoo.table import figures, write_table
 
 RECORD = "zoo_entry.json"
@@ -48,7 +48,8 @@ def plan(entries: list[Entry], root: Path, settings: str) -> tuple[list[dict], d
             records[e.stem] = {"status": "failed", "error": e.problem, "cached": False}
             _mark(root / e.stem, records[e.stem])
             continue
-        key = entry_key(e, settings)
+        content = content_id(e)
+        key = entry_key(e, settings, content=content)
         rec = cached(root / e.stem, key)
         if rec is not None:
             records[e.stem] = {**rec, "cached": True, "seconds": 0.0}
@@ -60,7 +61,7 @@ def plan(entries: list[Entry], root: Path, settings: str) -> tuple[list[dict], d
             _mark(root / e.stem, records[e.stem])
             continue
         entry = {"model": e.model, "shape_args": args, "preset": e.preset, "inputs_npz": e.inputs_npz,
-                 "stem": e.stem, "resources": e.resources}
+                 "stem": e.stem, "resources": e.resources, "content": content}
         jobs.append({"entry": entry, "key": key, "rdir": root / e.stem})
     return jobs, records
 

@@ -152,7 +152,13 @@ def configs_version(root: Path = REPO) -> str:
     return _sha(sorted((root / "configs").rglob("*.yaml")), root)
 
 
-def entry_key(e: Entry, settings: str, root: Path = REPO) -> str:
-    """The content key of an entry: model bytes, npz bytes, input spec, settings (code, configs, runs ...)."""
-    files = [root / e.model] + ([root / e.inputs_npz] if e.inputs_npz else [])
-    return hashlib.sha256(f"{e.model}|{_sha(files, root)}|{e.spec_text()}|{settings}".encode()).hexdigest()
+def content_id(e: Entry, root: Path = REPO) -> str:
+    """A hash of the entry's model and npz bytes."""
+    return _sha([root / e.model] + ([root / e.inputs_npz] if e.inputs_npz else []), root)
+
+
+def entry_key(e: Entry, settings: str, root: Path = REPO, content: str | None = None) -> str:
+    """The content key of an entry: model bytes, npz bytes (content: content_id(e), when known), input spec,
+    settings (code, configs, runs ...)."""
+    content = content or content_id(e, root)
+    return hashlib.sha256(f"{e.model}|{content}|{e.spec_text()}|{settings}".encode()).hexdigest()
