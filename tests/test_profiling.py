@@ -1,12 +1,14 @@
 """Stage 01's attribution of ORT kernel time to original nodes, with a real ONNX Runtime session."""
 import numpy as np
 import onnx
+import pandas as pd
 import pytest
+from onnx import helper
 
-from conftest import small_cnn
+from conftest import make_model, run_stage, small_cnn, tensor, weight
 from lib.onnx.inputs import InputSpec, make_feeds
 from lib.onnx.loading import graph_of
-from lib.latency.profiling import latency_table, profile_model
+from lib.latency.profiling import clashing_names, latency_table, profile_model
 
 
 @pytest.mark.parametrize("level", ["all", "disable"])
@@ -205,3 +207,23 @@ def test_the_calling_thread_runs_on_the_first_cpu_while_pinned_and_is_released_a
         with calling_thread_pinned():
             raise RuntimeError("a run failed")
     assert os.sched_getaffinity(0) == before
+
+
+def test_a_node_named_as_ort_names_an_unnamed_one_keeps_its_own_kernel(tmp_path):
+    """An unnamed MatMul (ORT traces it as MatMul_0), a MatMul the user named MatMul_0 and an unnamed Relu: both
+    MatMul kernels were traced as MatMul_0, their times summed onto the first, the Relu's kernel given to the
+    second. The model is profiled as a copy named as the tables name it (MatMul_0, MatMul_0__1, Relu_2)."""
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]), helper.make_node("MatMul", ["a", "w2"], ["b"], name="MatMul_0"),
+             helper.make_node("Relu", ["b"], ["y"])]
+    path = tmp_path / "clash.onnx"
+    model = make_model(nodes, [tensor("x", [64, 64])], [tensor("y", None)],
+                       [weight("w1", (64, 16)), weight("w2", (16, 512))], path=path)
+    assert clashing_names(model.graph) and not clashing_names(small_cnn(tmp_path / "cnn.onnx").graph)
+    feeds = make_feeds(model, {"x": [64, 64]}, InputSpec(seed=0))
+    r = run_stage("01_profile_onnx.py", "--model", path, "--results", tmp_path / "r", "--runs", "2", "--sessions", "1",
+                  "--no-host-reference")
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(tmp_path / "r" / "ops_latency.csv", keep_default_na=False).set_index("node")
+    assert list(df.index) == ["MatMul_0", "MatMul_0__1", "Relu_2"] and (df["attribution"] == "kernel").all()
+    assert df["ort_kernels"].tolist() == list(df.index) and (df["runs"] == 2).all()
+    assert feeds["x"].shape == (64, 64)
