@@ -4,8 +4,9 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from onnx import helper
 
-from conftest import run_stage, small_cnn
+from conftest import costs, make_model, run_stage, small_cnn, tensor, weight
 from lib.onnx.graph import build_graph, load_model
 from lib.units import fmt_us
 
@@ -120,3 +121,17 @@ def test_macs_match_torchvision_documentation(tv_models, tmp_path, name):
     # ... and exactly PyTorch's own count on the same network
     assert macs == pytest.approx(flop_counter_macs(name), rel=1e-6)
     assert "MAC " in r.stdout and "FLOP" in r.stdout     # every printed figure carries its unit
+
+
+def test_node_names_that_look_like_math_are_drawn_as_text(tmp_path):
+    """A node named 'mm $\\undefinedcmd{x}$' stopped 06 with matplotlib's mathtext error (a traceback, half the
+    plots written); '$x_1$' was drawn as math."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"], name="mm $\\undefinedcmd{x}$"),
+             helper.make_node("Relu", ["a"], ["y"], name="relu $x_1$ & $^{$")]
+    model = tmp_path / "math.onnx"
+    make_model(nodes, [tensor("x", [4, 8])], [tensor("y", None)], [weight("w", (8, 8))], path=model)
+    costs(model, tmp_path)
+    for s in STAGES[3:]:
+        r = run_stage(s, "--model", model, "--results", tmp_path)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, f"{s}: {r.stderr}"
+    assert (tmp_path / "plots" / "critical_path_gantt.png").exists() and (tmp_path / "plots_meta.json").exists()

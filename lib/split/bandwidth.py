@@ -126,6 +126,7 @@ def plot(sw, path: Path, title: str) -> Path:
     """Latency against link bandwidth (log-log): both single devices, the best boundary, the DAG optimum."""
     import matplotlib
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False    # the title names the model: text, not math
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.2))
     x = sw["bandwidth_mbit_s"]

@@ -176,6 +176,7 @@ def _column_edge(ax, boxes, left: bool) -> float:
 def _matplotlib(g: Graph, b: int, cut: list[str], out_dir: Path, hops: int) -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False    # node names are text, not math
     import matplotlib.pyplot as plt
 
     left, right, pos, height = _layout(g, b, cut, hops)
