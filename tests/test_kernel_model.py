@@ -494,6 +494,18 @@ def test_session_overhead_is_fitted_with_a_per_kernel_term_of_either_sign():
     assert km.fit_overhead(s, n, 0.2 * s)["a"] == pytest.approx(-0.5)     # a bounded below
 
 
+def test_a_session_is_never_predicted_below_its_kernels_bounds():
+    """With the fitted per-kernel term negative, 3,000 tiny kernels gave an interval from -3.3 ms."""
+    model = km.KernelModel.__new__(km.KernelModel)
+    model.overhead = {"a": 0.02, "b_us": -5.5}
+    per = pd.DataFrame({"pred_us": [1.2] * 3000, "lo_us": [0.4] * 3000, "hi_us": [8.0] * 3000,
+                        "bound_us": [0.01] * 3000, "seen": True, "type": "Identity/float"})
+    s = model.session(per)
+    assert s["interval_us"][0] == pytest.approx(30.0) == s["bound_us"]           # 1.02 x 1200 - 16500 < 0
+    assert s["predicted_latency_us"] == pytest.approx(30.0)
+    assert s["interval_us"][1] == pytest.approx(1.02 * 24000 - 5.5 * 3000)
+
+
 def test_a_missing_kernel_model_file_is_one_clear_error(tmp_path):
     (tmp_path / "lm.yaml").write_text(yaml.safe_dump({"kernel_model": {"file": "gone.txt"}}))
     with pytest.raises(StageError, match="gone.txt is missing"):

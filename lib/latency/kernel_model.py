@@ -231,15 +231,17 @@ class KernelModel:
         return (1 + self.overhead["a"]) * kernel_us + self.overhead["b_us"] * n_kernels
 
     def session(self, per_kernel: pd.DataFrame) -> dict:
-        """The session's predicted latency and interval from predict_kernels()' table."""
-        n = len(per_kernel)
+        """The session's predicted latency and interval from predict_kernels()' table, never below the kernels'
+        bounds: the overhead per kernel is negative (the profiler's own share of each kernel time), and 3,000 tiny
+        kernels gave an interval from -3.3 ms."""
+        n, bound = len(per_kernel), float(per_kernel["bound_us"].sum())
 
         def total(s):
-            return float(self.with_overhead(s, n))
+            return max(float(self.with_overhead(s, n)), bound)
         unseen = sorted(set(per_kernel.loc[~per_kernel["seen"], "type"]))
         return {"predicted_latency_us": total(per_kernel["pred_us"].sum()),
                 "interval_us": [total(per_kernel["lo_us"].sum()), total(per_kernel["hi_us"].sum())],
-                "bound_us": float(per_kernel["bound_us"].sum()), "kernels": n, "unseen_kernel_types": unseen}
+                "bound_us": bound, "kernels": n, "unseen_kernel_types": unseen}
 
     def predict_session(self, kt: pd.DataFrame, host: dict) -> dict:
         return self.session(self.predict_kernels(kt, host))
