@@ -52,7 +52,8 @@ def main(argv=None):
                a.rdir / "critical_path_meta.json")
     print(f"weights: {use} ({col})" + (f"; {unknown} nodes of unknown time counted as 0" if unknown else ""))
     print(f"critical path: {s['critical_path_us'] / 1e3:.3f} ms over {len(path)} of {len(w)} nodes; "
-          f"sum of node times {s['sum_node_us'] / 1e3:.3f} ms; parallelism {s['parallelism']:.2f}x")
+          f"sum of node times {s['sum_node_us'] / 1e3:.3f} ms; parallelism "
+          + (f"{s['parallelism']:.2f}x" if s["critical_path_us"] > 0 else "n/a"))
     if s["dead_nodes"]:
         print(f"{s['dead_nodes']} nodes whose outputs nothing reads ({s['dead_node_us'] / 1e3:.3f} ms) run but lead to "
               f"no output: on no path")

@@ -67,6 +67,9 @@ def test_the_critical_path_ends_at_an_output_not_at_a_node_nothing_reads(tmp_pat
     assert summary(w, finish, stages(4, preds), path)["critical_path_us"] == 8.0
     _, _, path = longest_path(4, preds, w)           # any end (the FX side): the longest chain of all
     assert [g.names[i] for i in path] == ["a", "dead"]
+    # no node writes what the model returns (it returns its input): no path, 0 us (the dead chain was reported)
+    _, finish, path = longest_path(4, preds, w, ends=np.zeros(4, bool))
+    assert path == [] and summary(w, finish, stages(4, preds), path)["critical_path_us"] == 0.0
 
 
 def test_amdahl_known_numbers():

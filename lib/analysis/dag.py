@@ -8,7 +8,8 @@ def longest_path(n: int, preds: list[list[int]], weight: np.ndarray,
                  ends: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """Nodes are in topological order. Returns (start, finish, path) where path is the critical chain: the one
     that finishes last among those ending at a node of `ends` (bool per node; default any node), at the latest
-    such node on a tie (a 0 us output node ORT fused ends the chain, not its producer)."""
+    such node on a tie (a 0 us output node ORT fused ends the chain, not its producer); none when `ends` marks no
+    node (the model returns an input or a constant: its nodes lead to nothing it returns)."""
     start = np.zeros(n)
     finish = np.zeros(n)
     via = np.full(n, -1)
@@ -20,8 +21,8 @@ def longest_path(n: int, preds: list[list[int]], weight: np.ndarray,
         start[i] = best
         via[i] = arg
         finish[i] = best + weight[i]
-    eligible = np.ones(n, bool) if ends is None or not np.any(ends) else np.asarray(ends, bool)
-    if n == 0:
+    eligible = np.ones(n, bool) if ends is None else np.asarray(ends, bool)
+    if n == 0 or not eligible.any():
         return start, finish, []
     end = int(np.flatnonzero(eligible & (finish == finish[eligible].max()))[-1])
     path = []
@@ -41,8 +42,8 @@ def stages(n: int, preds: list[list[int]]) -> np.ndarray:
 
 
 def summary(weight: np.ndarray, finish: np.ndarray, level: np.ndarray, path: list[int] | None = None) -> dict:
-    """path: the critical chain (its last node's finish is the critical time), else the latest finish."""
-    crit = float(finish[path[-1]]) if path else float(finish.max()) if len(finish) else 0.0
+    """path: the critical chain (its last node's finish is the critical time; empty: 0), else the latest finish."""
+    crit = float(finish[path[-1]]) if path else 0.0 if path is not None or not len(finish) else float(finish.max())
     total = float(weight.sum())
     counts = np.bincount(level) if len(level) else np.array([0])
     return {"critical_path_us": crit, "sum_node_us": total, "max_node_us": float(weight.max()) if len(weight) else 0.0,
