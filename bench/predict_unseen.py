@@ -33,7 +33,7 @@ from bench.corpus import MANIFEST  # noqa: E402
 from lib.analysis.roofline import RESOLUTION_US  # noqa: E402
 from lib.artifacts import load_yaml  # noqa: E402
 from lib.host import load_host  # noqa: E402
-from lib.latency import kernel_model as km, training_models as tm  # noqa: E402
+from lib.latency import host_reference, kernel_model as km, training_models as tm  # noqa: E402
 from lib.latency.calibrate_kernels import MODEL_ROUNDS, TRAIN_DIR  # noqa: E402
 from lib.latency.latency_model import predict_profile  # noqa: E402
 from lib.latency.microbench import _graph_and_feeds_of_path  # noqa: E402
@@ -207,6 +207,13 @@ def main():
         drift = float(np.median(moved))
         out(f"kernel model with the host's median change taken out (each prediction x {1 + drift:.3f}): "
             f"{summary((1 + err) * (1 + drift) - 1)}")
+        # what stage 03 states: the prediction x the host factor 01 measures, the median of the host reference
+        # models' now / calibration (01 measures them between its sessions; here in the same rounds)
+        ref = {m["model"]: float(m["session_us"]) for m in (host_reference.load(LATENCY_MODEL)[0] or {}).get("models", [])}
+        if ref and set(ref) <= set(passes[0]):
+            f = float(np.median([passes[0][m]["session_us"] / us for m, us in ref.items()]))
+            out(f"as stage 03 states it (x 01's host factor {f:.3f}, the median of {', '.join(ref)} now against "
+                f"calibration): {summary((1 + err) * f - 1)}")
     out.record("predict_unseen", a.record)
 
 

@@ -140,6 +140,10 @@ def test_prediction_row_without_prediction_unseen_kernels_and_one_memory_level(b
     (copy / "merge_meta.json").write_text(json.dumps(merge))
     rows = dict(summary_section(Artifacts(copy))["table"]["rows"])
     assert rows["predicted latency (stage 03)"].startswith("n/a")
+    assert f"host model ({merge['host_config']})" in rows           # the host file 03 read (HOST=), not always ours
+    merge["host_config"] = "/elsewhere/my_host.yaml"
+    (copy / "merge_meta.json").write_text(json.dumps(merge))
+    assert "host model (/elsewhere/my_host.yaml)" in dict(summary_section(Artifacts(copy))["table"]["rows"])
     merge["prediction"] = {**p, "unseen_kernel_types": ["FusedConv", "QGemm"], "unseen_kernel_share": 0.25,
                            "host_speed_factor": None}       # (its clause would come last)
     merge["host"] = {k: v for k, v in merge["host"].items() if k not in ("caches_bytes", "bandwidth_bytes_per_s")}

@@ -119,7 +119,7 @@ def summary_section(art: Artifacts) -> dict:
     plat = (prof_meta or m).get("versions", {}).get("platform", "?")
     rows.append(["host", f"{host.get('name', 'n/a')}; {plat}"])
     if host:
-        rows.append(["host model (configs/host.yaml)", f"peak {si(host['peak_flops_per_s'].get('float', host['peak_flops_per_s']['default']), 'FLOP/s')} "
+        rows.append([f"host model ({merge.get('host_config', 'configs/host.yaml')})", f"peak {si(host['peak_flops_per_s'].get('float', host['peak_flops_per_s']['default']), 'FLOP/s')} "
                      f"fp32, memory {si(host['mem_bw_bytes_per_s'], 'B/s')} (STREAM triad)" + level_bandwidths(host)])
     return {"ok": True, "table": table(["", ""], rows)}
 
