@@ -17,7 +17,7 @@ from lib.artifacts import CONFIGS, read_csv, versions, write_csv, write_json
 from lib.analysis.energy import (METHODS, amdahl_table, kernel_table, load_offload, measure_counter, node_energy,
                                  power_source, print_report, whole_model)
 from lib.errors import StageError
-from lib.host import load_host
+from lib.host import load_host, same_host
 from lib.onnx.loading import analysed_arrays
 from lib.provenance import stamp
 
@@ -38,6 +38,7 @@ def main(argv=None):
         raise StageError("--avg-power-w must be positive and --counter-window-s at least 1")
     arrays, res, spec = analysed_arrays(a.rdir, a.model)
     metas = res.require("merge_meta.json")
+    same_host(host, a.host, metas["merge_meta.json"])
     prof = read_csv(a.rdir, "ops_profile.csv", ("node", "op_type", "op_class", "flops", "latency_us", "t_pred_us",
                                                 "bound", "fused_into"))
     # the node's time: 01's measured latency, else 03's prediction (for the power model, shares and Amdahl)

@@ -6,7 +6,7 @@ against the all-on-A / all-on-B baselines), and when stage
 09 ran, latency and utilization per hardware profile (fx_hardware)."""
 from lib import cli
 from lib.artifacts import read_csv, read_json, versions, write_json
-from lib.host import load_host
+from lib.host import load_host, same_host
 from lib.provenance import Results, stamp
 from lib.report.plots import (energy_plot, gantt_plot, hardware_plot, latency_by_class_plot, roofline_plot, save,
                        split_plots)
@@ -27,6 +27,7 @@ def main(argv=None):
     if not fx_only:     # the artifacts plotted together must be of one model, input spec and chain of runs
         metas = Results(rdir).require("merge_meta.json", "critical_path_meta.json", "energy_meta.json",
                                       *(["workload_profile.json"] if splits else []), light=a.model)
+        same_host(host, a.host, metas["merge_meta.json"])
         prof = read_csv(rdir, "ops_profile.csv", ("node", "op_class", "ai_flop_per_byte", "achieved_gflops", "pct_latency"))
         cp = read_csv(rdir, "critical_path.csv", ("node", "op_type", "start_us", "finish_us", "latency_us"))
         energy = read_csv(rdir, "energy.csv", ("op_class", "e_compute_j", "e_mem_j", "e_power_j"))

@@ -1,6 +1,7 @@
 """The host model (configs/host.yaml): peak FLOP/s per element type, memory bandwidth, power, energy/op."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from lib.artifacts import load_yaml, number
@@ -48,3 +49,12 @@ def per_dtype(table: dict, dtype: str) -> float:
     if dtype == "uint8" and dtype not in table and "int8" in table:
         dtype = "int8"
     return float(table.get(dtype, table["default"]))
+
+
+def same_host(host: dict, path, merge_meta: dict) -> None:
+    """StageError unless the host config holds the figures 03 used (merge_meta.json's `host`): 05 or 06 run by hand
+    after configs/host.yaml was edited gave a page whose energy was computed at 50 pJ/FLOP and shown at 20."""
+    used = merge_meta.get("host")
+    if used is not None and json.loads(json.dumps(host, default=str)) != used:
+        raise StageError(f"host config {path} is not the one 03 used ({merge_meta.get('host_config', '?')} as it was "
+                         f"then): re-run 03_merge_profile_metrics.py --host {path} first (make all does)")

@@ -287,3 +287,18 @@ def test_graph_arrays_names_survive_the_npz(tmp_path, names):
     a.save(tmp_path / "g.npz")
     b = GraphArrays.load(tmp_path / "g.npz")
     assert b.names.tolist() == names and b.t_names.tolist() == names[::-1] and b.run_id == "r1"
+
+
+def test_energy_and_plots_refuse_a_host_other_than_the_one_03_used(tmp_path):
+    """05 and 06 run by hand after the host file changed: the page showed energy computed with one e_flop and
+    printed with the other (03's)."""
+    model, rdir = tmp_path / "net.onnx", tmp_path / "r"
+    batch_cnn(model, 1)
+    costs(model, rdir)
+    other = tmp_path / "host.yaml"
+    other.write_text((REPO / "configs" / "host.yaml").read_text().replace("avg_power_w:", "avg_power_w: 41.0 #", 1))
+    for stage in ("04_critical_path.py", "05_energy_estimate.py"):
+        assert run_stage(stage, "--model", model, "--results", rdir).returncode == 0
+    for stage in ("05_energy_estimate.py", "06_plots.py"):
+        assert_clean_error(run_stage(stage, "--model", model, "--results", rdir, "--host", other),
+                           f"host config {other} is not the one 03 used", "re-run 03_merge_profile_metrics.py")
