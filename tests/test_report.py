@@ -19,7 +19,7 @@ from conftest import REPO, costs, make_model, run_stage, small_cnn, tensor
 from test_dag_split import branches, system as dag_system
 from lib.report.beyond import bandwidth_text, beyond_section
 from lib.report.graph import graph_section, scopes, views
-from lib.report.page import Artifacts, measured_key, roofline_section, summary_section
+from lib.report.page import Artifacts, critical_path_section, measured_key, roofline_section, summary_section
 from lib.report.layout import layout_many
 
 CHROMIUM = os.environ.get("NN_PERF_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -163,6 +163,19 @@ def test_prediction_row_without_prediction_unseen_kernels_and_one_memory_level(b
     row = dict(summary_section(Artifacts(copy))["table"]["rows"])["predicted latency (stage 03)"]
     assert row == (f"{p['baseline_latency_us'] / 1e3:.3g} ms (baseline: efficiency model), "
                    f"{100 * p['baseline_error']:+.0f}% vs measured; kernel model not used: no graph")
+
+
+def test_plot_labels_show_node_names_as_written(built, tmp_path):
+    """Plotly reads markup and entities in labels: a node named 'a &amp; <b>b</b>' was shown as 'a & b' (bold)."""
+    _, rdir = built
+    copy = tmp_path / "cnn"
+    shutil.copytree(rdir, copy, ignore=shutil.ignore_patterns("splits"))
+    cp = pd.read_csv(copy / "critical_path.csv")
+    cp.loc[cp["latency_us"] > 0, "node"] = "a &amp; <b>b</b>"
+    cp["layer"] = ""
+    cp.to_csv(copy / "critical_path.csv", index=False)
+    (trace,) = plot_traces(str(critical_path_section(Artifacts(copy))["plot"]), "critical-path-plot")
+    assert set(trace["y"]) == {f"{o}. a &amp;amp; &lt;b&gt;b&lt;/b&gt;" for o in cp.loc[cp["latency_us"] > 0, "order"]}
 
 
 def test_missing_artifacts_are_named_not_fatal(tmp_path):

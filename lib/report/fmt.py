@@ -3,6 +3,7 @@ its Plotly figure conventions, shared by lib/report/page.py and the section modu
 from __future__ import annotations
 
 import base64
+import html
 import json
 import math
 from pathlib import Path
@@ -55,6 +56,12 @@ def pct(v) -> str:
 def per_s(v) -> str:
     v = num(v)
     return "n/a" if v is None else f"{v:.3g}/s"
+
+
+def plot_text(text) -> str:
+    """Text that Plotly shows as written: it reads <b>, <br> and entities in labels and hover text as markup (a
+    node named 'a &amp; b' was shown as 'a & b')."""
+    return html.escape(str(text), quote=False)
 
 
 def node_label(node: str, layer) -> str:

@@ -22,7 +22,7 @@ from lib.provenance import Results
 from lib.analysis.roofline import levels, node_bytes
 from lib.report.beyond import beyond_section
 from lib.report.fmt import (num as _num, data_uri, fig_html as _fig_html, mj, ms, nbytes, node_label, pct, per_s,
-                            plot_layout as _layout, script_json, si, table)
+                            plot_layout as _layout, plot_text, script_json, si, table)
 from lib.report.graph import THRESHOLD, graph_section
 from lib.zoo.table import zoo_html
 
@@ -283,7 +283,8 @@ def add_node_points(fig, pts: pd.DataFrame) -> None:
     has_level = "mem_level" in pts
     for c in sorted(set(pts["op_class"])):
         s = pts[pts["op_class"] == c]
-        cols = [s["node"], s["layer"].fillna(""), s["op_type"], s["latency_us"] / 1e3, s["bound"]]
+        cols = [s["node"].map(plot_text), s["layer"].fillna("").map(plot_text), s["op_type"], s["latency_us"] / 1e3,
+                s["bound"]]
         custom = np.stack(cols + ([s["mem_level"].fillna("")] if has_level else []), axis=1)
         fig.add_scatter(x=s["ai_flop_per_byte"], y=s["achieved_gflops"], mode="markers", name=f"{c} ({len(s)})",
                         meta="nodes", customdata=custom,
@@ -341,7 +342,7 @@ def critical_path_section(art: Artifacts, max_rows: int = 80) -> dict:
         return {"ok": False, "missing": art.missing("critical_path.csv")}
     timed = cp[cp["latency_us"] > 0]
     shown = timed.loc[sorted(timed["latency_us"].nlargest(max_rows).index)] if len(timed) > max_rows else timed
-    labels = [f"{int(r.order)}. {node_label(r.node, r.layer)}" for r in shown.itertuples()]
+    labels = [plot_text(f"{int(r.order)}. {node_label(r.node, r.layer)}") for r in shown.itertuples()]
     fig = go.Figure(go.Bar(y=labels, x=shown["latency_us"] / 1e3, base=shown["start_us"] / 1e3, orientation="h",
                            customdata=np.stack([shown["op_type"], shown["start_us"] / 1e3], axis=1),
                            hovertemplate="%{y}<br>%{customdata[0]}: starts %{customdata[1]:.3g} ms, takes %{x:.3g} ms"
@@ -350,7 +351,7 @@ def critical_path_section(art: Artifacts, max_rows: int = 80) -> dict:
             f"are not drawn)", 140 + 16 * len(shown), yaxis={"autorange": "reversed", "tickfont": {"size": 9}},
             xaxis={"title": "ms since the start of the inference"})
     rows = [["critical path", ms(meta["critical_path_us"])], ["sum of node times", ms(meta["sum_node_us"])],
-            ["parallelism (sum / critical path)", f"{meta['parallelism']:.2f}x"],
+            ["parallelism (sum / critical path)", f"{meta['parallelism']:.2f}x" if meta["critical_path_us"] else "n/a"],
             ["nodes on the path", f"{meta['path_nodes']}"],
             ["topological stages (ASAP levels)", f"{meta['stages']}, at most {meta['max_ops_per_stage']} ops in one"],
             ["node weights", meta["weight"] + (f"; {meta['unknown_time_nodes']} nodes of unknown time counted 0"
