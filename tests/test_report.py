@@ -315,6 +315,16 @@ def test_whatif_bandwidth_ranks_as_07_does(browser, built, tmp_path):
     page.click("#wi-reset")
     assert [b for _, b, _ in page.eval_on_selector_all(
         "#wi-table tbody tr", "rows => rows.map(r => [0, Number(r.cells[1].textContent), 0])")] == order(default)
+    # what 07 refuses, the page does not rank (a -1000 us link latency gave a split at -0.84 ms)
+    before = page.inner_text("#wi-table tbody")
+    for field, value in (("#wi-link-lat", "-1000"), ("#wi-b-power", "-5"), ("#wi-link-bw", "0")):
+        page.fill(field, value)
+        advice = page.inner_text("#wi-advice")
+        assert advice.startswith("not computed: ") and "out of range" in advice, (field, advice)
+        assert page.eval_on_selector(field, "e => e.classList.contains('bad')")
+        assert page.inner_text("#wi-table tbody") == before
+        page.click("#wi-reset")
+    assert not page.inner_text("#wi-advice").startswith("not computed")
     assert errors == []
     page.close()
 
