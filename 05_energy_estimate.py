@@ -49,7 +49,7 @@ def main(argv=None):
     counter, why = measure_counter(a.model, shapes, spec, a.counter_window_s, skip=a.no_counter)
     power = power_source(a.avg_power_w, float(host["avg_power_w"]), a.host, counter)
     energy = node_energy(prof, host, power["power_w"])
-    kernels = kernel_table(energy, prof, arrays.succs(), off["criteria"])
+    kernels = kernel_table(energy, prof, arrays.succs(), off["criteria"], off["speedup"])
     t_total = float(prof["latency_us"].sum())
     amd = amdahl_table(kernels, off["speedup"], off["energy_gain"], t_total, float(energy["e_total_j"].sum()))
     whole = whole_model(energy, power, counter, t_total, source)

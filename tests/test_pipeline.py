@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from onnx import helper
 
-from conftest import costs, make_model, run_stage, small_cnn, tensor, weight
+from conftest import REPO, costs, make_model, run_stage, small_cnn, tensor, weight
 from lib.onnx.graph import build_graph, load_model
 from lib.units import fmt_us
 
@@ -66,6 +66,13 @@ def test_end_to_end_small_model(tmp_path):
     assert by.loc["conv2", "macs"] == 16 * 32 * 32 * 16 * 9
     assert by.loc["fc", "macs"] == 160
     assert cands.set_index("kernel").loc["conv", "selected"]
+    # a target slower than the host at conv (S_k 0.5) was still selected, the model 2x slower "after"
+    slow = tmp_path / "offload.yaml"
+    slow.write_text((REPO / "configs" / "offload.yaml").read_text().replace("  conv: 8\n", "  conv: 0.5\n"))
+    r = run_stage("05_energy_estimate.py", "--model", model, "--results", rdir, "--offload", slow)
+    assert r.returncode == 0, r.stderr
+    conv = pd.read_csv(rdir / "kernel_candidates.csv").set_index("kernel").loc["conv"]
+    assert not conv["selected"] and conv["reason"].endswith("; the target is not faster (S_k 0.5)")
     # the sums in units that fit them: this model's roofline sum is a few microseconds (it read "0.00 ms")
     out = run_stage("03_merge_profile_metrics.py", "--model", model, "--results", rdir).stdout
     assert f"roofline sum {fmt_us(prof['t_roofline_us'].sum())} vs measured sum {fmt_us(prof['latency_us'].sum())}" in out

@@ -209,10 +209,17 @@ def node_energy(prof: pd.DataFrame, host: dict, avg_power_w: float) -> pd.DataFr
     return df
 
 
-def kernel_table(energy: pd.DataFrame, prof: pd.DataFrame, succs: list[list[int]], crit: dict) -> pd.DataFrame:
+def s_k(table: dict, cls: str) -> float:
+    """An op class's factor in the offload config's speedup or energy_gain table (its default, else 1)."""
+    return float(table.get(cls, table.get("default", 1.0)))
+
+
+def kernel_table(energy: pd.DataFrame, prof: pd.DataFrame, succs: list[list[int]], crit: dict,
+                 speedup: dict | None = None) -> pd.DataFrame:
     """One row per op class with the seed's four criteria evaluated and the reason spelled out. succs: each node's
     successors (positions): a fusable neighbour is a successor of a fusable class or a node ORT fused into the
-    class's nodes, each counted once (one fused into its producer and reading it was counted twice)."""
+    class's nodes, each counted once (one fused into its producer and reading it was counted twice). A class the
+    target runs no faster (speedup S_k <= 1) is never selected: one at S_k 0.5 was, and slowed the model 2x."""
     lat = prof["latency_us"].fillna(0.0)
     lat_total = lat.sum()
     e_total = energy["e_total_j"].sum()
@@ -243,20 +250,20 @@ def kernel_table(energy: pd.DataFrame, prof: pd.DataFrame, succs: list[list[int]
                   f"{'regular' if ok['regular'] else 'irregular'} ({cls})",
                   f"AI {ai:.1f} FLOP/B {'>=' if ok['ai'] else '<'} {min_ai:g}",
                   f"{n_fusable} fusable neighbours" + (f" ({fused} already fused by ORT)" if fused else "")]
+        slower = speedup is not None and s_k(speedup, cls) <= 1
+        if slower:
+            reason.append(f"the target is not faster (S_k {s_k(speedup, cls):g})")
         rows.append({"kernel": cls, "ops": len(idx), "pct_latency": share_lat, "pct_energy": share_e,
                      "latency_us": lat[idx].sum(), "e_total_j": energy.loc[idx, "e_total_j"].sum(),
                      "flops": flops, "bytes": nbytes, "ai_flop_per_byte": ai, "bound": bound,
                      "regular": ok["regular"], "fusable_neighbours": n_fusable,
-                     "selected": all(ok[r] for r in require), "reason": "; ".join(reason),
+                     "selected": all(ok[r] for r in require) and not slower, "reason": "; ".join(reason),
                      "energy_method": "component model"})
     df = pd.DataFrame(rows).sort_values("pct_latency" if lat_total > 0 else "pct_energy", ascending=False)
     return df.reset_index(drop=True)
 
 
 def amdahl_table(kernels: pd.DataFrame, speedup: dict, gain: dict, t_total_us: float, e_total_j: float) -> pd.DataFrame:
-    def sk(table, cls):
-        return float(table.get(cls, table.get("default", 1.0)))
-
     scenarios = [(k, [k]) for k in kernels["kernel"]]
     chosen = list(kernels.loc[kernels["selected"], "kernel"])
     if len(chosen) > 1:
@@ -266,8 +273,8 @@ def amdahl_table(kernels: pd.DataFrame, speedup: dict, gain: dict, t_total_us: f
         sub = kernels.set_index("kernel").loc[ks]
         fl = list(sub["pct_latency"].fillna(0.0) / 100.0)
         fe = list(sub["pct_energy"].fillna(0.0) / 100.0)
-        sl = [sk(speedup, k) for k in ks]
-        se = [sk(gain, k) for k in ks]
+        sl = [s_k(speedup, k) for k in ks]
+        se = [s_k(gain, k) for k in ks]
         s_lat, s_e = amdahl_multi(fl, sl), amdahl_multi(fe, se)
         rows.append({"scenario": name, "kernels": "+".join(ks), "f_latency": sum(fl),
                      "s_k_latency": sl[0] if len(ks) == 1 else np.nan, "s_total_latency": s_lat,
