@@ -100,9 +100,11 @@ class Results:
                 raise StageError(f"{self.rdir / first_name} belongs to {_who(a)} but {name} to {_who(b)}: "
                                  f"re-run the stages on one model (make all MODEL=...)")
             if not same_inputs(a.get("inputs"), b.get("inputs")):
+                # which of the two is off the spec wanted is not known here, and make cannot see a stage run by hand
                 raise StageError(f"{self.rdir / first_name} was made for inputs {_inputs(a)} but {name} for "
-                                 f"{_inputs(b)}: re-run {PRODUCER.get(name, 'its stage')} with the same input spec "
-                                 f"(make all does this)")
+                                 f"{_inputs(b)}: re-run {PRODUCER.get(first_name, 'its stage')} and "
+                                 f"{PRODUCER.get(name, 'its stage')} with one input spec, or remove {self.rdir} and "
+                                 f"run make all")
             for up, run_id in m.get("upstream", {}).items():
                 if self.has(up) and self.meta(up)["run_id"] != run_id:
                     raise StageError(f"{self.rdir / name} was made from an earlier run of {PRODUCER.get(up, up)}: "

@@ -302,3 +302,15 @@ def test_energy_and_plots_refuse_a_host_other_than_the_one_03_used(tmp_path):
     for stage in ("05_energy_estimate.py", "06_plots.py"):
         assert_clean_error(run_stage(stage, "--model", model, "--results", rdir, "--host", other),
                            f"host config {other} is not the one 03 used", "re-run 03_merge_profile_metrics.py")
+
+
+def test_stages_run_by_hand_for_two_input_specs_name_both_and_a_way_out(tmp_path):
+    """02 for batch 1, 01 by hand for batch 2: the error told to re-run 01 (make all does this), which make did
+    not do (its stamps cannot see a stage run by hand)."""
+    model, rdir = tmp_path / "net.onnx", tmp_path / "r"
+    batch_cnn(model)
+    costs(model, rdir)
+    assert run_stage("01_profile_onnx.py", "--model", model, "--results", rdir, "--runs", "1", "--sessions", "1",
+                     "--no-host-reference", "--shape-override", "x=2x3x16x16").returncode == 0
+    assert_clean_error(run_stage("03_merge_profile_metrics.py", "--results", rdir), "was made for inputs",
+                       "re-run 02_shapes_flops_bytes.py and 01_profile_onnx.py with one input spec, or remove")
