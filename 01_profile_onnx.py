@@ -64,8 +64,8 @@ def main(argv=None):
     print(f"profiling {a.model}: {len(an.graph.nodes)} nodes, {a.sessions} sessions x ({a.warmup} warm-up + {a.runs} "
           f"profiled + {a.runs} timed runs) on {a.provider}" + (f", {len(ready)} host reference models after each" if ready else ""))
     try:
-        profs = profile_sessions(a.model, feeds, a.sessions, a.rdir / "profile", provider=a.provider, runs=a.runs,
-                                 warmup=a.warmup, threads=a.threads, opt_level=a.opt_level,
+        profs = profile_sessions(a.model, an.light, feeds, a.sessions, a.rdir / "profile",
+                                 provider=a.provider, runs=a.runs, warmup=a.warmup, threads=a.threads, opt_level=a.opt_level,
                                  between=(lambda: rounds.append(host_reference.measure(ref, ready))) if ready else None)
     except StageError as e:
         raise StageError(str(e) + (value_hint(an.light.model, an.spec) if "failed while running" in str(e) else "")) from None

@@ -139,10 +139,13 @@ def _nbytes(ts) -> int:
     return int(sum(t.numel() * t.element_size() for t in ts))
 
 
+def _in_place_method(kind: str) -> bool:
+    return kind.endswith("_") and not kind.endswith("__")      # mul_, add_ (not __call__)
+
+
 def onnx_op(kind: str) -> str | None:
     """The registry op of an FX node kind; an in-place method (mul_, add_) as its out-of-place twin."""
-    return FX_TO_ONNX.get(kind) or (FX_TO_ONNX.get(kind[:-1]) if kind.endswith("_") and not kind.endswith("__")
-                                    else None)
+    return FX_TO_ONNX.get(kind) or (FX_TO_ONNX.get(kind[:-1]) if _in_place_method(kind) else None)
 
 
 IN_PLACE_FUNCTIONS = {"iadd", "isub", "imul", "itruediv"}      # x += y in a forward
@@ -150,7 +153,7 @@ IN_PLACE_FUNCTIONS = {"iadd", "isub", "imul", "itruediv"}      # x += y in a for
 
 def mutates(n, kind: str, module) -> bool:
     """The node writes into its first input (y.mul_(2), F.relu(y, inplace=True), nn.ReLU(inplace=True), y += x)."""
-    if n.op == "call_method" and kind.endswith("_") and not kind.endswith("__"):
+    if n.op == "call_method" and _in_place_method(kind):
         return True
     return kind in IN_PLACE_FUNCTIONS or n.kwargs.get("inplace") is True or getattr(module, "inplace", False) is True
 

@@ -171,16 +171,16 @@ def add_profile_arguments(p) -> None:
                    help="ORT graph optimization level (default: all, ORT's own default)")
 
 
-def profile_sessions(model_path: str, feeds: dict[str, np.ndarray], sessions: int, keep_dir: Path, between=None,
-                     **kw) -> list[dict]:
+def profile_sessions(model_path: str, light, feeds: dict[str, np.ndarray], sessions: int, keep_dir: Path,
+                     between=None, **kw) -> list[dict]:
     """profile_model in `sessions` sessions one after the other (ORT's trace and optimized graph kept from the
-    first); between(): called after each session (stage 01's host reference). A model with a node named as
-    ORT names an unnamed one is run as a copy with every node named as the tables name it (clashing_names)."""
+    first); between(): called after each session (stage 01's host reference). light: the model's read_light().
+    A model with a node named as ORT names an unnamed one is run as a copy with every node named as the tables
+    name it (clashing_names)."""
     out = []
     with tempfile.TemporaryDirectory(prefix="named_") as tmp:
-        graph = read_light(model_path, check_data=False).model.graph
-        if clashing_names(graph):
-            model_path = named_copy(model_path, tmp, external=any(t.external_data for t in graph.initializer))
+        if clashing_names(light.model.graph):
+            model_path = named_copy(model_path, tmp, external=light.external_refs)
         for s in range(sessions):
             out.append(profile_model(model_path, feeds, keep_dir=keep_dir if s == 0 else None, **kw))
             if between is not None:

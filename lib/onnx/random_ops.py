@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from lib.onnx.graph import constant_values
 from lib.onnx.ops import lookup
 from lib.onnx.reader import attribute_subgraphs
 
@@ -20,14 +21,8 @@ def scalar_constants(graph: onnx.GraphProto | None) -> dict[str, np.ndarray]:
     """The one-value tensors of a graph's initializers and Constant nodes (a Dropout's training_mode)."""
     if graph is None:
         return {}
-    out = {t.name: numpy_helper.to_array(t) for t in graph.initializer
-           if np.prod(t.dims, dtype=int) == 1 and not t.external_data}
-    for n in graph.node:
-        if n.op_type == "Constant" and n.output and n.attribute and n.attribute[0].name == "value":
-            v = numpy_helper.to_array(n.attribute[0].t)
-            if v.size == 1:
-                out[n.output[0]] = v
-    return out
+    tensors = [(t.name, t) for t in graph.initializer if not t.external_data] + constant_values(graph)
+    return {name: numpy_helper.to_array(t) for name, t in tensors if np.prod(t.dims, dtype=int) == 1}
 
 
 def _is_random(n: onnx.NodeProto, consts: dict[str, np.ndarray]) -> bool:
@@ -55,6 +50,16 @@ def random_nodes(graph: onnx.GraphProto, consts: dict[str, np.ndarray] | None = 
     return out
 
 
+def _seed(n: onnx.NodeProto, value: float) -> onnx.AttributeProto:
+    """The `seed` attribute of the type the op's schema gives it (Dropout's is an integer, RandomNormal's a float)."""
+    try:
+        integer = onnx.defs.get_schema(n.op_type, n.domain or "").attributes["seed"].type == \
+            onnx.defs.OpSchema.AttrType.INT
+    except Exception:  # noqa: BLE001 - an op onnx has no schema for (a contrib domain): a float, as ORT's own
+        integer = False
+    return helper.make_attribute("seed", int(value) if integer else float(value))
+
+
 def seed_random_nodes(nodes: list[onnx.NodeProto], graph: onnx.GraphProto | None = None) -> list[str]:
     """Give each random node without a `seed` attribute a fixed one (in place; bodies included); the names
     seeded. Nodes that already carry a seed keep it. graph: the one holding the nodes (its constants tell a
@@ -63,8 +68,7 @@ def seed_random_nodes(nodes: list[onnx.NodeProto], graph: onnx.GraphProto | None
 
     def visit(n: onnx.NodeProto, consts: dict) -> None:
         if _is_random(n, consts) and not any(a.name == "seed" for a in n.attribute):
-            seed = FIRST_SEED + len(seeded)     # a Dropout's seed is an integer, the Random* ops' a float
-            n.attribute.append(helper.make_attribute("seed", int(seed) if n.op_type == "Dropout" else seed))
+            n.attribute.append(_seed(n, FIRST_SEED + len(seeded)))
             seeded.append(n.name or n.op_type)
         for a in n.attribute:
             for sub in attribute_subgraphs(a):

@@ -22,7 +22,7 @@ from lib.onnx.graph import Graph
 from lib.provenance import same_inputs
 from lib.split.export import (ModelRunError, SplitExporter, _full_session, _link_or_copy, _ort_error, check_part,
                               cut_bytes, export_one, link_external_data, progress, pruned_note, split_line, validate, write_runner)
-from lib.split.runner import compare_output, run, session, stored_eps
+from lib.split.runner import compare_output, outputs, session, stored_eps
 
 
 def set_interface(g: Graph, left: np.ndarray, consts: set[str]) -> dict:
@@ -178,13 +178,12 @@ def check_chain(out_dir: Path, k: int, feeds: dict, reduction_size: int, hint: s
     import onnxruntime as ort
     _full_session(out_dir, feeds, ort, hint)
     full = session("full.onnx", "cpu", ort, out_dir, optimize=False)
-    ref = dict(zip([o.name for o in full.get_outputs()], run(full, {i.name: feeds[i.name] for i in full.get_inputs()})))
+    ref = outputs(full, feeds)
     env, stored = dict(feeds), []
     for i in range(1, k + 1):
         sess = session(f"part{i}.onnx", "cpu", ort, out_dir, optimize=False)
         try:
-            got = dict(zip([o.name for o in sess.get_outputs()],
-                           run(sess, {x.name: env[x.name] for x in sess.get_inputs()})))
+            got = outputs(sess, env)
         except Exception as e:  # noqa: BLE001 - ORT raises its own types: this partition fails, 08 goes on
             raise StageError(f"ONNX Runtime fails running part{i}: {_ort_error(e)}") from None
         stored += stored_eps(sess, got) if i < k else []

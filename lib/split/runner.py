@@ -77,6 +77,11 @@ def run(sess, feeds, names=None):
     return runner_for(sess)(feeds, names)
 
 
+def outputs(sess, env) -> dict:
+    """{output name: value} of one run of sess, its inputs taken from env by name."""
+    return dict(zip([o.name for o in sess.get_outputs()], run(sess, {i.name: env[i.name] for i in sess.get_inputs()})))
+
+
 def _bf16_bits(v):
     """A float array's values as bfloat16 bits (round to nearest even)."""
     b = np.ascontiguousarray(v, dtype=np.float32).view(np.uint32).astype(np.uint64)
@@ -288,17 +293,16 @@ def compare(x, r, rel):
 
 def compose(p1, p2, feeds):
     """part2(part1(x)): (part1's outputs, part2's feeds, every output the parts produce)."""
-    f1 = {i.name: feeds[i.name] for i in p1.get_inputs()}
-    mid = dict(zip([o.name for o in p1.get_outputs()], run(p1, f1)))
+    mid = outputs(p1, feeds)
     feed2 = {i.name: (mid[i.name] if i.name in mid else feeds[i.name]) for i in p2.get_inputs()}
-    return mid, feed2, {**mid, **dict(zip([o.name for o in p2.get_outputs()], run(p2, feed2)))}
+    return mid, feed2, {**mid, **outputs(p2, feed2)}
 
 
 def differences(open_session, feeds, optimize, reduction_size):
     """Fresh sessions of the three models at one optimization level, each run once: the per-output comparison,
     part1's outputs and part2's feeds."""
     full, p1, p2 = (open_session(n, optimize) for n in ("full.onnx", "part1.onnx", "part2.onnx"))
-    ref = dict(zip([o.name for o in full.get_outputs()], run(full, {i.name: feeds[i.name] for i in full.get_inputs()})))
+    ref = outputs(full, feeds)
     mid, feed2, got = compose(p1, p2, feeds)
     stored = stored_eps(p1, mid)
     out = {name: compare_output(got.get(name), r, stored, reduction_size) for name, r in ref.items()}

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from lib.artifacts import REPO, load_yaml
 from lib.errors import StageError
+from lib.latency.sweep import batch_overrides
 from lib.onnx.inputs import parse_shape_overrides
 
 KEYS = {"model", "shape_override", "inputs_npz", "preset", "batches", "resources"}
@@ -78,8 +79,9 @@ def problem_of(e: Entry, root: Path = REPO) -> str:
         return f"model {e.model} not found"
     if e.inputs_npz and not (root / e.inputs_npz).is_file():
         return f"inputs_npz {e.inputs_npz} not found"
-    try:    # with a batch list the batch dim is written B (lib/latency/sweep.py's batch_overrides)
-        parse_shape_overrides([e.shape_override.replace("B", "1") if e.batch is not None else e.shape_override])
+    try:    # with a batch list, the override with its batch dim B filled in (batch_overrides: B is required)
+        parse_shape_overrides(batch_overrides(root / e.model, e.batch, [e.shape_override], None, None)
+                              if e.batch is not None and e.shape_override else [e.shape_override])
     except StageError as err:
         return str(err).replace("--shape-override", "shape_override")
     return ""
