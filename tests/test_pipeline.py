@@ -77,6 +77,8 @@ def test_end_to_end_small_model(tmp_path):
     out = run_stage("03_merge_profile_metrics.py", "--model", model, "--results", rdir).stdout
     assert f"roofline sum {fmt_us(prof['t_roofline_us'].sum())} vs measured sum {fmt_us(prof['latency_us'].sum())}" in out
     assert prof["t_roofline_us"].sum() < 1e3 and "roofline sum 0.00" not in out
+    pred = json.loads((rdir / "merge_meta.json").read_text())["prediction"]
+    assert f"predicted latency {fmt_us(pred['predicted_latency_us'])} (" in out
 
 
 def test_durations_in_units_that_fit_them():

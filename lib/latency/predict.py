@@ -28,6 +28,7 @@ from lib.analysis.roofline import roofline
 from lib.onnx.loading import analysed
 from lib.onnx.metrics import with_folded_run_bytes
 from lib.onnx.underflow import subnormal_counts
+from lib.units import fmt_us
 from lib.latency.profiling import _session
 
 
@@ -227,8 +228,7 @@ def stage_prediction(df: pd.DataFrame, measured: bool, host: dict, rdir: Path, m
 
 
 def print_prediction(pred: dict) -> None:
-    def ms(v):
-        return f"{v / 1e3:.2f} ms"
+    ms = fmt_us         # a tiny model's 3 us read '0.00 ms' in milliseconds
     err = f" ({100 * pred['error']:+.0f}% vs the measured session {ms(pred['measured_latency_us'])})" \
         if pred["error"] is not None else ""
     iv = f", interval {ms(pred['interval_us'][0])}-{ms(pred['interval_us'][1])}" if pred.get("interval_us") else ""

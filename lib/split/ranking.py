@@ -22,6 +22,7 @@ import pandas as pd
 from lib.artifacts import atomic_path
 from lib.errors import StageError
 from lib.provenance import same_inputs
+from lib.units import fmt_us
 from lib.analysis.device_time import device_time
 from lib.analysis.roofline import known_or_zero, node_bytes
 from lib.latency.kernel_model import KernelModel, load_kernel_model
@@ -722,8 +723,8 @@ def print_summary(df: pd.DataFrame, top: pd.DataFrame, pareto: pd.DataFrame, rk:
     p = summ.get("host_prediction") or {}
     if p:
         iv = p["prediction_interval_us"]
-        print(f"this host's predicted session ({p['predicted_by']}, 03): {p['predicted_latency_us'] / 1e3:.2f} ms"
-              + (f", interval {iv[0] / 1e3:.2f}-{iv[1] / 1e3:.2f} ms" if iv else ", no interval")
+        print(f"this host's predicted session ({p['predicted_by']}, 03): {fmt_us(p['predicted_latency_us'])}"
+              + (f", interval {fmt_us(iv[0])}-{fmt_us(iv[1])}" if iv else ", no interval")
               + (" (for the calibration's CPU: see 03's warning)" if p.get("other_cpu_note") else ""))
     v = summ["verdict"]
     print(f"splitting {'beats' if v['split_beats_both_latency'] else 'does NOT beat'} both single-device baselines on "
