@@ -68,7 +68,7 @@ def main(argv=None):
                                  provider=a.provider, runs=a.runs, warmup=a.warmup, threads=a.threads, opt_level=a.opt_level,
                                  between=(lambda: rounds.append(host_reference.measure(ref, ready))) if ready else None)
     except StageError as e:
-        raise StageError(str(e) + (value_hint(an.light.model, an.spec) if "failed while running" in str(e) else "")) from None
+        raise StageError(str(e) + (value_hint(an.light.model, an.spec, an.dim_conflicts) if "failed while running" in str(e) else "")) from None
     df, att = merge_sessions([latency_table(an.graph, prof) for prof in profs])
     meta = stamp({"provider": a.provider, "runs": a.runs, "sessions": a.sessions, "warmup": a.warmup,
                   "threads": a.threads, "opt_level": a.opt_level, "seed": an.spec.feed_seed(),

@@ -65,7 +65,7 @@ def main(argv=None):
     consts = an.constants()
     run_id = new_run_id()
     df = node_metrics(an.graph, consts)
-    s = summarize(df)
+    s = summarize(df, an.graph)
     if a.fail_on_unknown and s["unknown_cost_nodes"]:
         raise StageError(f"{s['unknown_cost_nodes']} nodes have ops of unknown cost: "
                          + ", ".join(f"{k} x{v}" for k, v in s["unknown_cost_ops"].items()))

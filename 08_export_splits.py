@@ -59,7 +59,7 @@ def main(argv=None):
     if swept["removed"]:
         print(f"removed split folders of another model or input spec: {', '.join(swept['removed'])}")
     opts = {"atol": a.atol, "rtol": a.rtol, "runs": a.runs, "hops": a.hops, "diagram": a.diagram,
-            "hint": value_hint(an.light.model, an.spec), "inputs_npz": an.spec.inputs_npz}
+            "hint": value_hint(an.light.model, an.spec, an.dim_conflicts), "inputs_npz": an.spec.inputs_npz}
     meta = {"identity": run["identity"], "run_id": run["run_id"], "input_shapes": an.shapes, "model": Path(a.model).name,
             "seed": an.spec.feed_seed()}
     custom = read_node_set(a.left_nodes, an.graph) if a.left_nodes else None     # refused before any export

@@ -248,6 +248,23 @@ def test_string_labels_get_their_shapes(tmp_path):
     assert "string tensors:" in r.stdout and "UNKNOWN SIZE" not in r.stdout
 
 
+def test_an_unresolved_input_shape_is_not_called_a_string():
+    """A float Reshape whose input shape is unknown but whose output shape is (a decoder run on shapes that
+    contradict each other) was counted as moving strings."""
+    from onnx import helper, numpy_helper
+    from conftest import make_model, tensor
+    from lib.onnx.loading import graph_of
+    from lib.onnx.metrics import node_metrics, summarize
+    nodes = [helper.make_node("Mystery", ["x"], ["t"], name="custom", domain="com.example"),
+             helper.make_node("Reshape", ["t", "shape"], ["y"], name="reshape")]
+    shape = numpy_helper.from_array(np.array([2, 3], np.int64), "shape")
+    m = make_model(nodes, [tensor("x", [6])], [tensor("y", [2, 3])], [shape])
+    m.opset_import.append(helper.make_opsetid("com.example", 1))
+    g = graph_of(m)
+    s = summarize(node_metrics(g), g)
+    assert s["unknown_size_nodes"] == 2 and s["unknown_size_strings"] == 0
+
+
 def test_string_inputs_from_an_npz(tmp_path):
     """A categorical column (tensor(string), as skl2onnx declares it) given as numpy's str array: an npz cannot
     hold object arrays, so str arrays stand for them; a number array is still refused."""

@@ -156,6 +156,23 @@ def test_einsum_and_transformer_elementwise():
     assert df.loc["softmax", "flops"] == 5 * 512 and df.loc["erf", "flops"] == 5 * 512 and df.loc["where", "flops"] == 512
 
 
+@pytest.mark.parametrize("eq, shapes", [("ij,jk,kl->il", [[64, 32], [32, 48], [48, 16]]),
+                                        ("nhwpqc->nchpwq", [[2, 14, 14, 16, 16, 3]]),
+                                        ("...ij,...jk->...ik", [[2, 3, 8, 16], [2, 3, 16, 4]]),
+                                        ("ijk,jl", [[4, 5, 6], [5, 7]]), ("ijk,jl->il", [[4, 5, 6], [5, 7]])])
+def test_einsum_counts_what_torch_counts(eq, shapes):
+    """Operands contracted in pairs, left to right, as ONNX Runtime runs them (3 operands were the product of every
+    index: 1,572,864 MACs for 147,456), one operand (MAE's unpatchify transpose) multiplies nothing (was 301,056),
+    an ellipsis is counted (was unknown): FlopCounterMode's FLOPs / 2 on the same torch.einsum."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    nodes = [helper.make_node("Einsum", [f"x{i}" for i in range(len(shapes))], ["y"], name="e", equation=eq)]
+    df = metrics(nodes, [tensor(f"x{i}", s) for i, s in enumerate(shapes)], [tensor("y", None)])
+    with FlopCounterMode(display=False) as fc:
+        torch.einsum(eq, *[torch.ones(s) for s in shapes])
+    assert df.loc["e", "cost_known"] and df.loc["e", "macs"] == fc.get_total_flops() / 2
+
+
 def _row(nodes, inputs, inits, opsets, name):
     m = helper.make_model(helper.make_graph(nodes, "tiny", inputs, [tensor(o, None) for o in nodes[0].output[:1]],
                                             initializer=list(inits)),
@@ -186,6 +203,36 @@ def test_attention_ops():
                                num_heads=4)],
              [tensor("q", [1, 6, 32]), tensor("k", [1, 10, 32]), tensor("v", [1, 10, 32])], [], ms, "mha")
     assert r["macs"] == 4 * 6 * 10 * (8 + 8)
+    # a 3-D query over a 4-D (B, heads, L, head size) cross-attention cache, as ORT's Whisper decoder feeds it
+    r = _row([helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["y"], name="mha", domain="com.microsoft",
+                               num_heads=4)],
+             [tensor("q", [2, 5, 32]), tensor("k", [2, 4, 7, 8]), tensor("v", [2, 4, 7, 8])], [], ms, "mha")
+    assert r["macs"] == 2 * 4 * 5 * 7 * (8 + 8)                                 # was unknown
+    # QAttention (quantize_dynamic's fused attention): as Attention, int8 weights
+    r = _row([helper.make_node("QAttention", ["x", "w", "b", "xs", "ws"], ["y"], name="qa", domain="com.microsoft",
+                               num_heads=4)],
+             [tensor("x", [2, 5, 32], TensorProto.UINT8)], [weight("w", (32, 96)), weight("b", (96,)),
+                                                              weight("xs", ()), weight("ws", ())], ms, "qa")
+    assert r["macs"] == 2 * 5 * 32 * 96 + 2 * 4 * 5 * 5 * (8 + 8) and r["op_class"] == "matmul"   # was unknown
+
+
+def test_ort_fused_matmul_and_gemm():
+    """What ORT saves at its extended level: FusedMatMul with its operands' transposes (q @ k^T: transB; its
+    transB was ignored, 24,576 MACs for 18,432; a Llama's 2,009,088 for 1,996,800) and FusedGemm (Gemm with its
+    activation: not registered, 0 MACs)."""
+    ms = {"": 17, "com.microsoft": 1}
+    q, k = tensor("q", [2, 4, 12, 16]), tensor("k", [2, 4, 12, 16])
+    r = _row([helper.make_node("FusedMatMul", ["q", "k"], ["y"], name="qk", domain="com.microsoft", transB=1)],
+             [q, k], [], ms, "qk")
+    assert r["macs"] == 2 * 4 * 12 * 12 * 16
+    r = _row([helper.make_node("FusedMatMul", ["a", "b"], ["y"], name="mm", domain="com.microsoft", transA=1,
+                               transBatchB=1)],
+             [tensor("a", [3, 16, 5]), tensor("b", [16, 3, 7])], [], ms, "mm")
+    assert r["macs"] == 3 * 5 * 7 * 16     # A^T per batch 5x16, B 16x3x7 read as 3x16x7 (ORT: a^T @ b.transpose(1, 0, 2))
+    r = _row([helper.make_node("FusedGemm", ["x", "w", "b"], ["y"], name="fc", domain="com.microsoft", transB=1,
+                               activation="Relu")],
+             [tensor("x", [4, 32])], [weight("w", (64, 32)), weight("b", (64,))], ms, "fc")
+    assert r["macs"] == 4 * 32 * 64 and r["op_class"] == "gemm"
 
 
 def test_stft_and_embed_layer_norm():

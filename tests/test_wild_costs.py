@@ -83,6 +83,15 @@ def test_kv_decoder_prefill_and_decode(tmp_path):
     assert kv["bytes"] == 4 * 2 * 2048 * 32 * 4                      # 2 layers x K,V of [1, 2, 2048, 32] fp32
     assert kv["bytes"] + decode["weight_bytes"] > decode["act_out_bytes"] - decode["kv_cache"]["outputs"]["bytes"]
     assert decode["total_macs"] < metas["llm-128"]["total_macs"]
+    # a given mask that contradicts the expression: said where it is read, and named when the run fails (01 blamed
+    # the inputs drawn at random)
+    npz = tmp_path / "mask7.npz"
+    np.savez(npz, attention_mask=np.ones((1, 7), np.int64))
+    args = ("--model", facts["path"], "--results", tmp_path / "bad", "--preset", "llm-decode-2048", "--inputs-npz", npz)
+    clash = "attention_mask dim 1 is 7, the model writes it 'past_sequence_length + sequence_length' = 2049"
+    assert clash in run_stage("02_shapes_flops_bytes.py", *args).stderr
+    r = run_stage("01_profile_onnx.py", *args, "--runs", "1", "--sessions", "1", "--no-host-reference")
+    assert r.returncode == 2 and f"The given shapes disagree with the model's: {clash}" in r.stderr
 
 
 def test_presets_shape_seq2seq_decoders(tmp_path):

@@ -305,9 +305,32 @@ def _random_array(rng: np.random.Generator, shape: list[int], dtype: np.dtype, n
     raise StageError(f"input {name} has element type {dtype}: pass --inputs-npz")
 
 
-def value_hint(model: onnx.ModelProto, spec: InputSpec) -> str:
-    """When a run on random inputs fails: the inputs that probably need real values (integer or bool scalars
-    and tiny tensors: sample rates, flags, lengths) and how to pass them."""
+def dim_conflicts(model: onnx.ModelProto, shapes: dict[str, list[int]], spec: InputSpec) -> list[str]:
+    """The dims of the resolved shapes that contradict a dim the model writes as an expression of named dims
+    ('past_sequence_length + sequence_length': an attention mask of 1x7 beside 128 past positions and 3 new ones).
+    Not refused: ORT does not check dim names, and an exporter's expression can be narrower than what runs
+    (optimum's 'past_sequence_length + 1' beside 3 new tokens)."""
+    inputs = [i for i in real_inputs(model) if i.name in shapes and i.type.tensor_type.HasField("shape")]
+    named = dict(spec.symbolic())
+    for inp in inputs:
+        for d, v in zip(inp.type.tensor_type.shape.dim, shapes[inp.name]):
+            if d.dim_param and re.fullmatch(r"\w+", d.dim_param):
+                named[d.dim_param] = v
+    out = []
+    for inp in inputs:
+        for k, (d, v) in enumerate(zip(inp.type.tensor_type.shape.dim, shapes[inp.name])):
+            want = eval_dim(d.dim_param, named) if d.dim_param and not re.fullmatch(r"\w+", d.dim_param) else None
+            if want is not None and want != v:
+                out.append(f"{inp.name} dim {k} is {v}, the model writes it {d.dim_param!r} = {want}")
+    return out
+
+
+def value_hint(model: onnx.ModelProto, spec: InputSpec, clash: tuple[str, ...] = ()) -> str:
+    """When a run on random inputs fails: the given shapes that contradict the model's own dims (dim_conflicts),
+    else the inputs that probably need real values (integer or bool scalars and tiny tensors: sample rates, flags,
+    lengths) and how to pass them."""
+    if clash:
+        return f" The given shapes disagree with the model's: {'; '.join(clash)}: check --inputs-npz / --shape-override"
     given = spec.given_names()
     drawn = [i for i in real_inputs(model) if i.name not in given]
     if not drawn:

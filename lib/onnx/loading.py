@@ -4,6 +4,7 @@ the later stages (04, 05, 07, 08, 10) load that instead of inferring again, afte
 the model and input spec they were given."""
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import onnx
 from lib.artifacts import atomic_path, load_yaml
 from lib.errors import StageError
 from lib.onnx.graph import CONTROL_FLOW, Graph, GraphArrays, NodeTable, build_graph, constant_tensors, graph_arrays
-from lib.onnx.inputs import InputSpec, fix_input_shapes, make_feeds, parse_shape_overrides, resolve_input_shapes
+from lib.onnx.inputs import (InputSpec, dim_conflicts, fix_input_shapes, make_feeds, parse_shape_overrides,
+                             resolve_input_shapes)
 from lib.onnx.reader import LightModel, read_light
 from lib.provenance import Results, identity
 from lib.onnx.shapes import Inferred, infer, load_full
@@ -30,6 +32,7 @@ class Analysis:
     spec: InputSpec
     inferred: Inferred | None = None
     consts: set[str] | None = None      # constant_tensors(graph): see constants()
+    dim_conflicts: tuple[str, ...] = ()     # inputs.dim_conflicts, read before the shapes were fixed into the model
 
     def constants(self) -> set[str]:
         """The graph's constant tensors (lib/onnx/graph.py constant_tensors), computed once (by prepare(), from
@@ -59,11 +62,14 @@ def prepare(path, spec: InputSpec) -> Analysis:
     nodes = NodeTable.of(light.model.graph)
     validate(light.model, nodes)
     shapes = resolve_input_shapes(light.model, spec)
+    clash = tuple(dim_conflicts(light.model, shapes, spec))
+    for c in clash:
+        print(f"warning: {c}: the given input shapes may not run", file=sys.stderr)
     fix_input_shapes(light.model, shapes)
     skeleton = _skeleton(light.model, nodes)
     consts = constant_tensors(skeleton) if skeleton is not None else None
     inf = infer(light.model, lambda: load_full(light.path), lambda: make_feeds(light.model, shapes, spec), table=nodes)
-    return Analysis(_indexed(inf, skeleton), shapes, light, spec, inf, consts)
+    return Analysis(_indexed(inf, skeleton), shapes, light, spec, inf, consts, clash)
 
 
 def spec_from(overrides: list[str] | None = None, workload=None, preset: str | None = None) -> InputSpec:

@@ -5,6 +5,7 @@ import ast
 import re
 
 import numpy as np
+import onnx
 import pandas as pd
 
 from lib.onnx.control_flow import cost_note
@@ -312,9 +313,13 @@ def kv_cache(g: Graph) -> dict:
     return {"inputs": side(g.graph_inputs), "outputs": side(g.graph_outputs)}
 
 
-def summarize(df: pd.DataFrame) -> dict:
+def summarize(df: pd.DataFrame, g: Graph) -> dict:
     mac_ops = df["macs"] > 0          # Conv/Gemm/MatMul/Einsum/recurrent and their integer and quantized forms
     unknown = df.loc[~df["cost_known"], "op_type"]
+    string = onnx.TensorProto.STRING
+    strings = np.array([any(t is not None and t.elem_type == string
+                            for t in map(g.tensors.get, [*g.node_inputs[p], *g.node_outputs[p]]))
+                        for p in df["topo_idx"].to_numpy(int)], dtype=bool)
     return {
         "nodes": int(len(df)),
         "total_macs": float(df["macs"].sum()),
@@ -325,8 +330,8 @@ def summarize(df: pd.DataFrame) -> dict:
         "unknown_cost_nodes": int(len(unknown)),
         "unknown_cost_ops": {str(k): int(v) for k, v in unknown.value_counts().sort_index().items()},
         "unknown_size_nodes": int((~df["bytes_known"]).sum()),
-        # of those, the nodes whose shapes are all known: they move strings (no byte size), not unresolved shapes
-        "unknown_size_strings": int((~df["bytes_known"] & (df["shape_source"] != "unknown")).sum()),
+        # of those, the nodes that read or write a string tensor (no byte size): not an unresolved shape
+        "unknown_size_strings": int((~df["bytes_known"].to_numpy(bool) & strings).sum()),
         "upper_bound_nodes": int(df["cost_note"].str.startswith("upper bound").sum()),
         "shape_source": {str(k): int(v) for k, v in df["shape_source"].value_counts().sort_index().items()},
         "op_counts": {str(k): int(v) for k, v in df["op_type"].value_counts().sort_index().items()},

@@ -214,7 +214,10 @@ def conv_transpose(node, g):
 
 def matmul_macs(node, g, b_idx: int = 1) -> int | None:
     """numpy matmul semantics: 1-D operands promoted, batch dims broadcast; MACs = batch * M * N * K."""
-    a, b = _shape(g, node, 0), _shape(g, node, b_idx)
+    return _matmul_of(_shape(g, node, 0), _shape(g, node, b_idx))
+
+
+def _matmul_of(a, b) -> int | None:
     if a is None or b is None or not a or not b:
         return None
     a = [1] + list(a) if len(a) == 1 else list(a)
@@ -232,9 +235,27 @@ def _matmul_at(b_idx: int):
     return lambda node, g: _macs(matmul_macs(node, g, b_idx))
 
 
-register("MatMul", "MatMulInteger", "com.microsoft:FusedMatMul", "com.microsoft:DynamicQuantizeMatMul",
+register("MatMul", "MatMulInteger", "com.microsoft:DynamicQuantizeMatMul",
          "com.microsoft:MatMulIntegerToFloat", op_class="matmul", weight_input=1,
          weight_axis=lambda node: -1)(_matmul_at(1))
+
+
+@register("com.microsoft:FusedMatMul", op_class="matmul", weight_input=1,
+          weight_axis=lambda node: -2 if _attr(node, "transB", 0) else -1)
+def fused_matmul(node, g):
+    """ORT's MatMul with its operands' transposes folded in (q @ k^T of attention: transB = 1): transBatch moves
+    the first dim behind the other batch dims, trans swaps the last two; then MatMul's count."""
+    def operand(i, side):
+        s = _shape(g, node, i)
+        if s is None:
+            return None
+        s = list(s)
+        if len(s) >= 3 and _attr(node, f"transBatch{side}", 0):
+            s = s[1:-1] + [s[0], s[-1]]
+        if len(s) >= 2 and _attr(node, f"trans{side}", 0):
+            s[-2], s[-1] = s[-1], s[-2]
+        return s
+    return _macs(_matmul_of(operand(0, "A"), operand(1, "B")))
 register("QLinearMatMul", op_class="matmul", weight_input=3)(_matmul_at(3))
 
 
@@ -249,27 +270,60 @@ def _gemm_at(b_idx: int):
     return cost
 
 
-register("Gemm", op_class="gemm", weight_input=1,
+register("Gemm", "com.microsoft:FusedGemm", op_class="gemm", weight_input=1,
          weight_axis=lambda node: 0 if _attr(node, "transB", 0) else -1)(_gemm_at(1))
 register("com.microsoft:QGemm", op_class="gemm", weight_input=3)(_gemm_at(3))
 
 
 @register("Einsum", op_class="matmul", weight_input=1)
 def einsum(node, g):
-    """Product of the sizes of every distinct index (output and contracted) = MACs of the contraction."""
+    """MACs of the contraction as ONNX Runtime runs it: operands taken left to right in pairs, each pair costing
+    the product of the sizes of the indices the two hold (an index no later operand or the output needs is summed
+    out of its operand first, without multiplies); one operand (a transpose, a trace) multiplies nothing."""
     eq = _attr(node, "equation")
     shapes = [_shape(g, node, i) for i in range(len(node.input))]
     if eq is None or any(s is None for s in shapes):
         return None
-    eq = eq.decode() if isinstance(eq, bytes) else eq
-    lhs = eq.replace(" ", "").split("->")[0].split(",")
+    terms = _einsum_terms(eq.decode() if isinstance(eq, bytes) else eq, shapes)
+    if terms is None:
+        return None
+    lhs, out, sizes = terms
+    if len(lhs) == 1:
+        return _macs(0)
+    macs, held = 0, set(lhs[0]) & set(out).union(*lhs[1:])
+    for i, term in enumerate(lhs[1:], start=1):
+        later = set(out).union(*lhs[i + 1:])
+        own = set(term) & (later | held)
+        both = held | own
+        macs += math.prod(sizes[ch] for ch in both)
+        held = both & later
+    return _macs(macs)
+
+
+def _einsum_terms(eq: str, shapes: list) -> tuple[list[str], str, dict[str, int]] | None:
+    """(input terms, output term, size per index) of an Einsum equation with its operands' shapes; '...' spelled
+    out as index letters of their own (broadcast from the right, as numpy does). None where the equation does not
+    fit the shapes."""
+    eq = eq.replace(" ", "")
+    lhs_text, arrow, out = eq.partition("->")
+    lhs = lhs_text.split(",")
+    if len(lhs) != len(shapes):
+        return None
+    ell_rank = max([len(sh) - len(t.replace("...", "")) for t, sh in zip(lhs, shapes) if "..." in t], default=0)
+    spare = "".join(map(chr, range(0x100, 0x100 + ell_rank)))      # letters no equation uses
+    terms = [t.replace("...", spare[ell_rank - (len(sh) - len(t) + 3):]) if "..." in t else t
+             for t, sh in zip(lhs, shapes)]
+    if not arrow:       # implicit output: the broadcast dims, then the indices seen once, in alphabetical order
+        once = sorted(ch for ch in set(lhs_text) if lhs_text.count(ch) == 1 and ch.isalpha())
+        out = spare + "".join(once)
+    out = out.replace("...", spare)
     sizes: dict[str, int] = {}
-    for term, shape in zip(lhs, shapes):
-        if "..." in term or len(term) != len(shape):
+    for term, shape in zip(terms, shapes):
+        if len(term) != len(shape):
             return None
         for ch, d in zip(term, shape):
             sizes[ch] = max(sizes.get(ch, 1), d)
-    return _macs(math.prod(sizes.values()))
+    return terms, out, sizes
 
 
 def _attention(b: int, heads: int, s_q: int, s_kv: int, d_qk: int, d_v: int, proj: int = 0) -> Cost:
@@ -280,16 +334,17 @@ def _attention(b: int, heads: int, s_q: int, s_kv: int, d_qk: int, d_v: int, pro
     return 2.0 * macs + SOFTMAX["Softmax"] * scores, float(macs)
 
 
-@register("com.microsoft:Attention", op_class="matmul", weight_input=1)
+@register("com.microsoft:Attention", "com.microsoft:QAttention", op_class="matmul", weight_input=1)
 def ms_attention(node, g):
-    """ORT's fused BERT attention: input (B, S, in) x weights (in, q + k + v hidden) (+ bias), num_heads heads
-    over the past (input 4: 2 x B x heads x past x head size) and the S new positions."""
+    """ORT's fused BERT attention (QAttention: its int8 form, quantize_dynamic's): input (B, S, in) x weights (in,
+    q + k + v hidden) (+ bias), num_heads heads over the past (input 4, QAttention's 8: 2 x B x heads x past x
+    head size) and the S new positions."""
     x, w = _shape(g, node, 0), _shape(g, node, 1)
     heads = _attr(node, "num_heads")
     if x is None or w is None or len(x) != 3 or len(w) != 2 or not heads:
         return None
     sizes = list(_attr(node, "qkv_hidden_sizes") or []) or [w[1] // 3] * 3
-    past = _shape(g, node, 4)
+    past = _shape(g, node, 8 if node.op_type == "QAttention" else 4)
     total = x[1] + (past[3] if past is not None and len(past) == 5 else 0)
     return _attention(x[0], heads, x[1], total, sizes[0] // heads, sizes[2] // heads, proj=x[0] * x[1] * x[2] * w[1])
 
@@ -297,10 +352,12 @@ def ms_attention(node, g):
 @register("Attention", "com.microsoft:MultiHeadAttention", op_class="matmul")
 def sdpa(node, g):
     """ONNX Attention (opset 23) and ORT's MultiHeadAttention: Q, K, V given (no projection); 4-D (B, heads, S,
-    head size) or 3-D (B, S, hidden) with the head counts as attributes; a past key (input 4 of Attention, 6 of
+    head size) or 3-D (B, S, hidden) with the head counts as attributes, key and value 3-D or 4-D (a 3-D query
+    over a 4-D cross-attention cache: ORT's Whisper and BART decoders); a past key (input 4 of Attention, 6 of
     MultiHeadAttention: B x kv heads x past x head size) adds to the positions attended."""
     q, k, v = (_shape(g, node, i) for i in range(3))
-    if q is None or k is None or v is None or len(q) != len(k) or len(q) not in (3, 4):
+    if q is None or k is None or v is None or len(q) not in (3, 4) or len(k) not in (3, len(q), 4) \
+            or len(v) != len(k):
         return None
     past = _shape(g, node, 4 if node.op_type == "Attention" else 6)
     past_len = past[2] if past is not None and len(past) == 4 else 0
@@ -310,6 +367,8 @@ def sdpa(node, g):
     kv_heads = _attr(node, "kv_num_heads") or heads
     if not heads:
         return None
+    if len(k) == 4:
+        return _attention(q[0], heads, q[1], k[2] + past_len, q[2] // heads, v[3])
     return _attention(q[0], heads, q[1], k[1] + past_len, q[2] // heads, v[2] // kv_heads)
 
 
