@@ -21,7 +21,7 @@ from lib.provenance import stamp
 from lib.latency.predict import model_kernels
 from lib.split.ranking import (add_costs, baselines, device_factors, feasibility_reasons, host_prediction,
                                needs_kernels, pareto_table, print_summary, prune_and_rank, pruning_summary,
-                               ranking_overrides, split_model, split_summary, write_latex, PROFILE_COLUMNS)
+                               ranking_overrides, split_model, split_summary, unchecked_top, write_latex, PROFILE_COLUMNS)
 from lib.split.partitions import beyond_boundaries, beyond_lines
 from lib.split.system import load_system
 
@@ -58,9 +58,10 @@ def main(argv=None):
     kernels = model_kernels(a.rdir, a.model, spec, measured, len(prof)) if needs_kernels(system) else None
     [device_factors(prof, dev, kernels) for dev in system["devices"].values()]     # the device models (cached)
     df = add_costs(df, prof, latency, system, arrays)
-    df = prune_and_rank(df, system, feasibility_reasons(a.feasibility, a.feasibility_arch,
-                                                        res.identity("metrics_meta.json")) if a.feasibility else None)
+    hailo = feasibility_reasons(a.feasibility, a.feasibility_arch, res.identity("metrics_meta.json"))
+    df = prune_and_rank(df, system, hailo and hailo[0])
     top = df[df["rank"] <= int(rk.get("top_k", 10))].sort_values("rank")
+    unchecked = unchecked_top(df, hailo, int(rk.get("top_k", 10)))
     pareto = pareto_table(df)
     base = baselines(prof, latency, system)
     ident = metas["merge_meta.json"]["identity"]
@@ -69,7 +70,8 @@ def main(argv=None):
             **beyond_boundaries(df, prof, latency, system, arrays, base, a.rdir,
                                 stamp({}, ident, {"workload_profile.json": wp}))}
     write_csv(df, a.rdir / "boundaries.csv")
-    write_json(pruning_summary(df, rk, system, a.feasibility and {"file": a.feasibility, "arch": a.feasibility_arch}),
+    write_json(pruning_summary(df, rk, system, a.feasibility and {"file": a.feasibility, "arch": a.feasibility_arch,
+                                                                  "unchecked_top": unchecked}),
                a.rdir / "candidate_pruning.json", indent=None if len(df) > 10_000 else 2)     # one entry per boundary
     write_json(stamp(split_model(df, prof, latency, system, arrays), ident, {"workload_profile.json": wp}),
                a.rdir / "split_model.json", indent=None)    # compact, no NaN: the report's JSON.parse reads it

@@ -18,7 +18,8 @@ import pandas as pd
 from lib import cli
 from lib.artifacts import CONFIGS, read_csv, write_csv, write_json
 from lib.split.export import SplitExporter
-from lib.split.hailo import ARCHS, ParseCache, backends, check_partitions, load_op_table, partition_file, provision
+from lib.split.hailo import (ARCHS, ParseCache, backends, check_partitions, load_op_table, partition_file,
+                             print_report, provision)
 from lib.onnx.inputs import InputSpec
 from lib.onnx.loading import analysed
 from lib.provenance import stamp
@@ -42,18 +43,6 @@ def add_flags(p) -> None:
     p.add_argument("--python", default="python3", help="interpreter (>= 3.10) for --provision (default: python3)")
 
 
-def report(rows: list[dict], archs: list[str]) -> None:
-    for arch in archs:
-        sub = [r for r in rows if r["arch"] == arch]
-        ops = sorted({op for r in sub for op in r["ops"]})
-        print(f"{arch}: {sum(r['status'] == 'ok' for r in sub)}/{len(sub)} partitions ok"
-              + (f"; unsupported ops: {', '.join(ops)}" if ops else ""))
-    static = sorted({r["arch"] for r in rows if r["source"] == "static"})
-    if static:
-        print(f"NOTE: no Hailo Dataflow Compiler found for {', '.join(static)}: these rows come from the static "
-              f"op-support table (configs/hailo_ops.yaml); the compiler was not run")
-
-
 def main(argv=None):
     p = cli.parser(__doc__, model="optional")
     cli.add_inputs(p)
@@ -74,14 +63,16 @@ def main(argv=None):
     metas = res.require("workload_profile.json", "metrics_meta.json")
     bd = read_csv(a.rdir, "boundaries.csv", ("boundary", "after_node", "rank"))
     table, cmds = load_op_table(a.op_table), backends(a.backend, a.arch)
+    run = stamp({"arch": a.arch}, metas["workload_profile.json"]["identity"], metas)
     exporter = functools.cache(lambda: SplitExporter(a.model, an.graph))    # built only when a part is missing
-    parts = {b: partition_file(a.rdir, b, a.side, a.model, exporter) for b in choose_boundaries(bd, a.boundary, a.top_k)}
-    rows = check_partitions(parts, a.rdir, a.side, a.arch, cmds, table, cache)
+    parts = {b: partition_file(a.rdir, b, a.side, run["identity"], exporter)
+             for b in choose_boundaries(bd, a.boundary, a.top_k)}
+    shapes = {t: i.shape for t, i in an.graph.tensors.items() if i is not None and i.shape is not None}
+    rows = check_partitions(parts, a.rdir, a.side, a.arch, cmds, table, cache, shapes)
     cache.save()
     write_csv(pd.DataFrame(rows, columns=COLUMNS), a.rdir / "hailo_feasibility.csv")
-    write_json(stamp({"arch": a.arch, "boundaries": sorted(parts)}, metas["workload_profile.json"]["identity"], metas),
-               a.rdir / HAILO_META)     # 07 --feasibility checks that the CSV is of this model and spec
-    report(rows, a.arch)
+    write_json({**run, "boundaries": sorted(parts)}, a.rdir / HAILO_META)  # 07 --feasibility: of this model and spec?
+    print_report(rows, a.arch)
     print(f"wrote {a.rdir / 'hailo_feasibility.csv'}")
     return 0
 

@@ -118,7 +118,8 @@ def _series(name: str, col: pd.Series) -> pl.Series:
         return pl.Series(name, col.to_numpy())
     values = col.to_numpy(dtype=object, na_value=None)
     if set(map(type, values)) <= {str, type(None)}:     # text throughout (None where missing): converted in Rust
-        return pl.Series(name, values, dtype=pl.String)
+        # as a list: polars refuses an object array whose first value is None ("cannot cast 'Object' type")
+        return pl.Series(name, values.tolist(), dtype=pl.String)
     return pl.Series(name, [None if v is None or v is pd.NA or (isinstance(v, float) and v != v)
                             else v if type(v) is str else str(v) for v in values], dtype=pl.String)
 

@@ -178,6 +178,12 @@ def test_dag_optimum_exports_and_composes(branch_results):
     (d / "bad.json").write_text(json.dumps(["cheap1"]))           # its producer stem is left out
     r = run_stage("08_export_splits.py", "--model", model, "--results", d, "--left-nodes", d / "bad.json")
     assert r.returncode == 2 and "not closed under predecessors" in r.stderr and "Traceback" not in r.stderr
+    import onnx
+    for names, said in ((["stem", "nope"], "names nodes the graph lacks (['nope']): give node names as"),
+                        ([n.name for n in onnx.load(str(model)).graph.node], "leaving nothing for the second part")):
+        (d / "bad.json").write_text(json.dumps(names))      # blamed dag_partition.json; every node: exit 0
+        r = run_stage("08_export_splits.py", "--model", model, "--results", d, "--left-nodes", d / "bad.json")
+        assert r.returncode == 2 and f"--left-nodes {d / 'bad.json'}" in r.stderr and said in r.stderr, r.stderr
     (d / "mine.json").write_text(json.dumps(["stem", "heavy1"]))
     r = run_stage("08_export_splits.py", "--model", model, "--results", d, "--top-k", "1", "--diagram", "none", "--runs", "1",
                   "--left-nodes", d / "mine.json")

@@ -77,6 +77,8 @@ def test_runner_npz_round_trip_and_interfaces(tmp_path):
         assert r.returncode == 0 and set(np.load(tmp_path / f"s_{side}.npz").files) == {"__meta__", "r1"}
     r = run_runner(folder, "--provider", "tensorrt")
     assert r.returncode == 2 and r.stderr.startswith("error: provider tensorrt is not available") and "Traceback" not in r.stderr
+    r = run_runner(folder, "--runs", "0")       # exit 0 with NaN latencies in a report that is not JSON
+    assert r.returncode == 2 and "--runs must be >= 1" in r.stderr
 
 
 def test_external_data_model_splits_and_validates(tmp_path):

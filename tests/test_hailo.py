@@ -88,6 +88,54 @@ def test_call_contract_cache_and_pruning(env, monkeypatch):
     assert r.returncode == 2 and "another model or input spec" in r.stderr, r.stderr
 
 
+def test_verdicts_of_this_model_and_spec_only(env, monkeypatch):
+    """hunt10's: a part another model left under the same path was parsed in its place; symbolic dims reached the
+    parser as 0; an ok row before an unsupported one crashed the CSV writer; a compiler crash pruned like a
+    verdict; 07 took an arch 10 never checked (pruning nothing) and ranked first a boundary 10 never parsed."""
+    import onnx
+    model, rdir = prepared(env)
+    monkeypatch.setenv("PYTHONPATH", str(FAKE))
+    monkeypatch.setenv("HAILO_FAKE_REJECT", "Conv")
+    args10 = ("10_hailo_parse.py", "--model", model, "--results", rdir, "--backend", "local", "--arch", "hailo8")
+    args07 = ("07_split_candidates.py", "--model", model, "--results", rdir, "--min-compute-share", "0",
+              "--dedup-window", "0", "--skip-span", "100", "--feasibility", rdir / "hailo_feasibility.csv")
+    r = run_stage(*args10, "--boundary", "4", "2")
+    assert r.returncode == 0, r.stderr
+    assert pd.read_csv(rdir / "hailo_feasibility.csv")["status"].tolist() == ["ok", "unsupported"]
+    r = run_stage(*args07, "--feasibility-arch", "hailo10")
+    assert r.returncode == 2 and "has no rows for hailo10 (it checked hailo8)" in r.stderr, r.stderr
+    r = run_stage(*args07)
+    assert r.returncode == 0 and "were not parsed by stage 10 (it checked [2, 4])" in r.stdout, r.stdout
+    unchecked = json.loads((rdir / "candidate_pruning.json").read_text())["feasibility"]["unchecked_top"]
+    assert unchecked and not {2, 4} & set(unchecked)
+    # another model over the same path, its old time kept, a batch dim N given as 4: 10 parses its own part
+    m = onnx.load(str(model))
+    next(n for n in m.graph.node if n.name == "conv2").name = "conv2_v2"
+    for vi in (m.graph.input[0], m.graph.output[0]):
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"
+    before = model.stat()
+    onnx.save(m, str(model))
+    import os
+    os.utime(model, ns=(before.st_atime_ns, before.st_mtime_ns))
+    spec = ("--shape-override", "x=4x3x32x32")
+    costs(model, rdir, *spec)
+    assert run_stage(*args07[:-2], *spec).returncode == 0
+    r = run_stage(*args10, "--boundary", "2", *spec)
+    assert r.returncode == 0, r.stderr
+    assert pd.read_csv(rdir / "hailo_feasibility.csv", keep_default_na=False)["node"].tolist() == ["conv2_v2"]
+    assert calls(env)[-1]["net_input_shapes"] == {"r1": [4, 16, 32, 32]}          # was [0, 16, 32, 32]
+    # a compiler that crashes: status error, said, and no boundary pruned for it
+    crash = env / "venvs" / "hailo8" / "bin" / "python"
+    crash.parent.mkdir(parents=True)
+    crash.write_text("#!/bin/sh\necho Segmentation fault >&2\nexit 139\n")
+    crash.chmod(0o755)
+    r = run_stage(*args10[:-4], "--backend", "venv", "--arch", "hailo8", "--boundary", "2", *spec)
+    assert r.returncode == 0 and "WARNING: the compiler failed on 1" in r.stdout, r.stdout + r.stderr
+    r = run_stage(*args07, *spec)
+    assert r.returncode == 0, r.stderr
+    assert not pd.read_csv(rdir / "boundaries.csv").set_index("boundary").loc[2, "pruned"]
+
+
 def fake_venv(root, arch, version):
     py = root / arch / "bin" / "python"
     py.parent.mkdir(parents=True)

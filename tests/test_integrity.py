@@ -248,6 +248,10 @@ def test_csv_writer_takes_objects_nullable_and_categorical_columns(tmp_path):
     back = read_csv(tmp_path, "t.csv")
     assert back["mixed"].tolist()[:3] == ["1", "x", "2.5"] and back["mixed"][3:].isna().all()
     assert back["nullable"].tolist()[0] == 1 and np.isnan(back["nullable"][1]) and back["cat"].tolist() == list("uvuvu")
+    # text with a missing value first (stage 10: an unsupported partition's empty cell before an ok one's text):
+    # polars refused the column, 10 exited with a traceback and left the previous run's table
+    write_csv(pd.DataFrame({"boundary": [1, 2], "reason": [None, "Sigmoid"]}), tmp_path / "first_missing.csv")
+    assert read_csv(tmp_path, "first_missing.csv")["reason"].tolist() == ["", "Sigmoid"]
     assert back["s"].tolist()[0] == "a" and back["s"].isna().tolist() == [False, True, True, False, False]
 
 

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import onnx
 
-from lib.artifacts import REPO, atomic_path, load_yaml
+from lib.artifacts import REPO, atomic_path, load_yaml, write_json
 from lib.errors import StageError
+from lib.split.export import read_meta, same_identity
 
 ARCHS = ("hailo8", "hailo10")
 WORKER = Path(__file__).with_name("hailo_worker.py")
 WHEELS = REPO / "vendor" / "hailo"            # vendor wheels go in vendor/hailo/<arch>/*.whl (git-ignored)
+PART_IDENTITY = "hailo_part.json"   # the identity of a part stage 10 exported itself (08 writes split_meta.json)
 
 
 def venv_root() -> Path:
@@ -32,21 +34,24 @@ def cache_path() -> Path:
 
 # ---------------------------------------------------------------- partitions
 
-def partition_model(part: onnx.ModelProto) -> dict:
-    """What a parse needs of an exported part: its inputs (with shapes), end nodes, and op list."""
+def partition_model(part: onnx.ModelProto, resolved: dict[str, list[int]] | None = None) -> dict:
+    """What a parse needs of an exported part: its inputs (with shapes: `resolved`, the input spec's, for the dims
+    the part keeps symbolic, which read 0), end nodes, and op list."""
     inits = {t.name for t in part.graph.initializer}
     inputs = [i for i in part.graph.input if i.name not in inits]
-    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in inputs}
+    shapes = {i.name: (resolved or {}).get(i.name) or [d.dim_value for d in i.type.tensor_type.shape.dim]
+              for i in inputs}
     produced = {o: n.name for n in part.graph.node for o in n.output}
     ends = [produced[o.name] for o in part.graph.output if o.name in produced]
     return {"start_node_names": [i.name for i in inputs], "end_node_names": list(dict.fromkeys(ends)),
             "net_input_shapes": shapes, "nodes": [(n.name, n.op_type) for n in part.graph.node]}
 
 
-def partition_hash(part: onnx.ModelProto) -> str:
-    """Graph structure, attributes, shapes and weight names/dims; never the weight bytes (they do not change
-    whether a graph parses, and hashing them would read every weight of a large model)."""
-    h = hashlib.sha256()
+def partition_hash(part: onnx.ModelProto, input_shapes: dict) -> str:
+    """Graph structure, attributes, shapes (the input shapes the parse is given too) and weight names/dims; never
+    the weight bytes (they do not change whether a graph parses, and hashing them would read every weight of a
+    large model)."""
+    h = hashlib.sha256(json.dumps(input_shapes, sort_keys=True).encode())
     for n in part.graph.node:
         h.update(n.SerializeToString(deterministic=True))
     for vi in list(part.graph.input) + list(part.graph.output):
@@ -202,22 +207,37 @@ def provision(archs: list[str], python: str) -> list[str]:
 
 # ---------------------------------------------------------------- one run of stage 10
 
-def partition_file(rdir: Path, b: int, side: str, model_path, exporter_fn) -> Path:
-    """Stage 08's part for boundary b and side, exported when missing or older than the model."""
-    part = Path(rdir) / "splits" / f"b{b}" / ("part2.onnx" if side == "right" else "part1.onnx")
-    if not part.exists() or part.stat().st_mtime < os.stat(model_path).st_mtime:
-        exporter_fn().export(b, part.parent)
+def partition_file(rdir: Path, b: int, side: str, ident: dict, exporter_fn) -> Path:
+    """The part for boundary b and side, where its folder is of this model and input spec (08's split_meta.json,
+    or the identity 10 wrote when it exported the part itself); exported again otherwise: a part another model
+    left under the same path (copied over with its old time kept) was parsed in its place."""
+    folder = Path(rdir) / "splits" / f"b{b}"
+    part = folder / ("part2.onnx" if side == "right" else "part1.onnx")
+    meta = read_meta(folder) or _read_json(folder / PART_IDENTITY)
+    if not part.exists() or not same_identity((meta or {}).get("identity"), ident):
+        shutil.rmtree(folder, ignore_errors=True)
+        exporter_fn().export(b, folder)
+        write_json({"identity": ident}, folder / PART_IDENTITY)
     return part
 
 
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def check_partitions(parts: dict[int, Path], rdir: Path, side: str, archs: list[str], cmds: dict, table: dict,
-                     cache: ParseCache) -> list[dict]:
-    """One row per partition x arch: the compiler's parse (cached) where a backend has one, else the static table."""
+                     cache: ParseCache, shapes: dict[str, list[int]]) -> list[dict]:
+    """One row per partition x arch: the compiler's parse (cached) where a backend has one, else the static table.
+    shapes: every tensor's shape under the input spec (the parts keep the model's symbolic dims)."""
     versions = {arch: compiler_version(c) for arch, c in cmds.items() if c}
     rows = []
     for k, (b, path) in enumerate(parts.items(), 1):
         part = onnx.load(str(path), load_external_data=False)
-        info, h = partition_model(part), partition_hash(part)
+        info = partition_model(part, shapes)
+        h = partition_hash(part, info["net_input_shapes"])
         for arch in archs:
             base = {"boundary": b, "side": side, "partition": str(path.relative_to(rdir)), "arch": arch}
             if not cmds[arch]:
@@ -245,3 +265,19 @@ def backends(backend: str, archs: list[str]) -> dict:
         raise StageError(f"backend {backend} has no Hailo compiler for {missing}" +
                          (": run 10_hailo_parse.py --provision" if backend == "venv" else ""))
     return cmds
+
+
+def print_report(rows: list[dict], archs: list[str]) -> None:
+    """Stage 10's summary: per arch, partitions ok, the unsupported ops, compiler failures; whether the compiler ran."""
+    for arch in archs:
+        sub = [r for r in rows if r["arch"] == arch]
+        ops = sorted({op for r in sub for op in r["ops"]})
+        errors = sum(r["status"] == "error" for r in sub)
+        print(f"{arch}: {sum(r['status'] == 'ok' for r in sub)}/{len(sub)} partitions ok"
+              + (f"; unsupported ops: {', '.join(ops)}" if ops else "")
+              + (f"; WARNING: the compiler failed on {errors} (status error, reason in the CSV): not a verdict, "
+                 f"07 does not prune them and the next run parses them again" if errors else ""))
+    static = sorted({r["arch"] for r in rows if r["source"] == "static"})
+    if static:
+        print(f"NOTE: no Hailo Dataflow Compiler found for {', '.join(static)}: these rows come from the static "
+              f"op-support table (configs/hailo_ops.yaml); the compiler was not run")

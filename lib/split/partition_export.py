@@ -70,11 +70,12 @@ def export_set(exporter: SplitExporter, left: np.ndarray, out_dir: Path, label: 
     return iface
 
 
-def left_mask(g: Graph, names: list[str]) -> np.ndarray:
+def left_mask(g: Graph, names: list[str], source: str = "dag_partition.json",
+              remedy: str = "re-run 07_split_candidates.py") -> np.ndarray:
     pos = {n: i for i, n in enumerate(g.names)}
     missing = [n for n in names if n not in pos]
     if missing:
-        raise StageError(f"dag_partition.json names nodes the graph lacks ({missing[:3]}): re-run 07_split_candidates.py")
+        raise StageError(f"{source} names nodes the graph lacks ({missing[:3]}): {remedy}")
     left = np.zeros(len(g.names), bool)
     left[[pos[n] for n in names]] = True
     return left
@@ -131,10 +132,12 @@ def read_node_set(path: str, g: Graph) -> list[str]:
     names = doc.get("left_nodes") if isinstance(doc, dict) else doc
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise StageError(f"--left-nodes {path}: expected a non-empty JSON list of node names")
-    left = left_mask(g, names)
+    left = left_mask(g, names, f"--left-nodes {path}", "give node names as ops_profile.csv's node column has them")
     open_ = [g.names[i] for i in np.flatnonzero(left) for p in g.preds(int(i)) if not left[p]]
     if open_:
         raise StageError(f"--left-nodes {path}: not closed under predecessors ({open_[0]} needs a node left out)")
+    if left.all():
+        raise StageError(f"--left-nodes {path}: names every node of the graph, leaving nothing for the second part")
     return names
 
 

@@ -394,9 +394,13 @@ def _rank(df: pd.DataFrame, order: np.ndarray, window: int, reasons: Reasons) ->
 HAILO_META = "hailo_meta.json"
 
 
-def feasibility_reasons(path, arch: str, mine: dict) -> dict[int, str]:
-    """Boundaries whose partition the Hailo check (stage 10) rejected for `arch` -> the pruning reason; the
-    check must be of this model and input spec (hailo_meta.json next to the CSV says)."""
+def feasibility_reasons(path, arch: str, mine: dict) -> tuple[dict[int, str], set[int]] | None:
+    """(boundaries whose partition the Hailo check (stage 10) found unsupported for `arch` -> the pruning reason,
+    the boundaries it checked for `arch`). A compiler error (a crash, a time-out) is not a verdict: it prunes
+    nothing. The check must be of this model and input spec (hailo_meta.json next to the CSV says), and of
+    `arch` (another arch's rows pruned nothing, silently). None without a path (no --feasibility)."""
+    if path is None:
+        return None
     if not os.path.exists(path):
         raise StageError(f"--feasibility {path} not found: run 10_hailo_parse.py first")
     meta_path = os.path.join(os.path.dirname(os.path.abspath(path)), HAILO_META)
@@ -412,10 +416,27 @@ def feasibility_reasons(path, arch: str, mine: dict) -> dict[int, str]:
     missing = {"boundary", "arch", "status", "source", "op", "node"} - set(df.columns)
     if missing:
         raise StageError(f"--feasibility {path} lacks columns {sorted(missing)}: re-run 10_hailo_parse.py")
+    if not (df["arch"] == arch).any():
+        raise StageError(f"--feasibility {path} has no rows for {arch} (it checked {', '.join(sorted(set(df['arch'])))}"
+                         f"): run 10_hailo_parse.py --arch {arch}, or pass --feasibility-arch with one it checked")
     out = {}
-    for r in df[(df["arch"] == arch) & (df["status"] != "ok")].itertuples():
+    for r in df[(df["arch"] == arch) & (df["status"] == "unsupported")].itertuples():
         what = f"{r.op} at {r.node}" if r.op else (r.node or "see hailo_feasibility.csv")
         out[int(r.boundary)] = f"hailo {arch}: {r.status} {what} ({r.source})"
+    return out, {int(b) for b in df.loc[df["arch"] == arch, "boundary"]}
+
+
+def unchecked_top(df: pd.DataFrame, hailo: tuple[dict, set[int]] | None, top_k: int) -> list[int]:
+    """The boundaries ranked in the top k after pruning by feasibility_reasons() that the Hailo check never
+    parsed, said with the command that checks them (pruning promotes boundaries it did not check: the best split
+    could be one the compiler rejects)."""
+    if not hailo:
+        return []
+    top = df.loc[df["rank"] <= top_k].sort_values("rank")["boundary"]
+    out = [int(b) for b in top if int(b) not in hailo[1]]
+    if out:
+        print(f"note: top-ranked boundaries {out} were not parsed by stage 10 (it checked {sorted(hailo[1])}): "
+              f"10_hailo_parse.py --boundary {' '.join(map(str, out))}, then 07 again")
     return out
 
 

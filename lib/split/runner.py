@@ -360,7 +360,10 @@ def parse_args():
     p.add_argument("--dump-interface-out", default="interface", help="prefix of the interface NPZ (default: interface)")
     p.add_argument("--shape-override", action="append", default=[], help="NAME=DIMS pairs for dynamic inputs")
     p.add_argument("--report", default=str(HERE / "validation_report.json"))
-    return p.parse_args()
+    a = p.parse_args()
+    if a.runs < 1:      # 0 wrote NaN latencies into a report no JSON reader takes
+        p.error("--runs must be >= 1")
+    return a
 
 
 def dump_interface(a, meta, names1, mid, feed2):
