@@ -4,7 +4,8 @@
 Node weights are 01's measured latency (via ops_profile.csv); with no profile, 03's predicted time (the
 calibrated latency model; the roofline when there is none), or the roofline lower bound on request.
 The critical path is the longest chain ending at a node that writes a graph output (a node whose outputs nothing
-reads runs, but ends no chain). Summary: critical-path time, sum of node times, parallelism (sum / critical: the
+reads runs, but ends no chain). Nodes one kernel ran (fused_into) start together when all their inputs are ready:
+the group's time sits at its last node, its row named after the anchor. Summary: critical-path time, sum of node times, parallelism (sum / critical: the
 average concurrency the graph would allow on unlimited cores), topological stages (ASAP levels) and the most ops
 in one stage.
 """
@@ -13,7 +14,7 @@ import pandas as pd
 
 from lib import cli
 from lib.artifacts import read_csv, versions, write_csv, write_json
-from lib.analysis.dag import longest_path, stages, summary
+from lib.analysis.dag import at_group_ends, longest_path, stages, summary
 from lib.errors import StageError
 from lib.onnx.loading import analysed_arrays
 from lib.provenance import stamp
@@ -34,17 +35,19 @@ def main(argv=None):
     if use == "measured" and not measured:
         raise StageError("no measured latency in ops_profile.csv: run 01_profile_onnx.py, then 03")
     col = {"measured": "latency_us", "predicted": "t_pred_us", "roofline": "t_roofline_us"}[use]
-    w, unknown = known_or_zero(prof[col])
-    preds = arrays.preds()
     names = list(arrays.names)
+    w, unknown = known_or_zero(prof[col])
+    w, shown = at_group_ends(w, names, prof["fused_into"] if "fused_into" in prof else [])
+    preds = arrays.preds()
     outputs = np.zeros(len(w), bool)
     outputs[arrays.output_nodes()] = True
     start, finish, path = longest_path(len(w), preds, w, ends=outputs)     # a chain to something the model returns
     s = summary(w, finish, stages(len(w), preds), path)
     dead = ~arrays.live()
     s.update(dead_nodes=int(dead.sum()), dead_node_us=float(w[dead].sum()))
-    cp = pd.DataFrame({"order": np.arange(len(path)), "node": [names[i] for i in path],
-                       "op_type": [prof["op_type"].iat[i] for i in path], "layer": [prof["layer"].iat[i] for i in path],
+    at = shown[path]
+    cp = pd.DataFrame({"order": np.arange(len(path)), "node": [names[i] for i in at],
+                       "op_type": [prof["op_type"].iat[i] for i in at], "layer": [prof["layer"].iat[i] for i in at],
                        "start_us": start[path], "finish_us": finish[path], "latency_us": w[path]})
     write_csv(cp, a.rdir / "critical_path.csv")
     write_json(stamp({"weight": use, **s, "path_nodes": len(path), "unknown_time_nodes": unknown,

@@ -8,7 +8,7 @@ from onnx import helper
 from conftest import make_model, run_stage, small_cnn, tensor, weight
 from lib.onnx.inputs import InputSpec, make_feeds
 from lib.onnx.loading import graph_of
-from lib.latency.profiling import clashing_names, latency_table, profile_model
+from lib.latency.profiling import latency_table, profile_model
 
 
 @pytest.mark.parametrize("level", ["all", "disable"])
@@ -218,7 +218,6 @@ def test_a_node_named_as_ort_names_an_unnamed_one_keeps_its_own_kernel(tmp_path)
     path = tmp_path / "clash.onnx"
     model = make_model(nodes, [tensor("x", [64, 64])], [tensor("y", None)],
                        [weight("w1", (64, 16)), weight("w2", (16, 512))], path=path)
-    assert clashing_names(model.graph) and not clashing_names(small_cnn(tmp_path / "cnn.onnx").graph)
     feeds = make_feeds(model, {"x": [64, 64]}, InputSpec(seed=0))
     r = run_stage("01_profile_onnx.py", "--model", path, "--results", tmp_path / "r", "--runs", "2", "--sessions", "1",
                   "--no-host-reference")
@@ -227,3 +226,91 @@ def test_a_node_named_as_ort_names_an_unnamed_one_keeps_its_own_kernel(tmp_path)
     assert list(df.index) == ["MatMul_0", "MatMul_0__1", "Relu_2"] and (df["attribution"] == "kernel").all()
     assert df["ort_kernels"].tolist() == list(df.index) and (df["runs"] == 2).all()
     assert feeds["x"].shape == (64, 64)
+
+
+def _profiled(tmp_path, model, name, *stages):
+    """Stages 02 and 01 (one session) on a model built with onnx.helper, then `stages`; ops_latency.csv by node."""
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, str(path))
+    rdir = tmp_path / name
+    for stage, extra in [("02_shapes_flops_bytes.py", ()), ("01_profile_onnx.py", ("--runs", "5", "--sessions", "1",
+                                                                                  "--no-host-reference")),
+                         *[(s, ()) for s in stages]]:
+        r = run_stage(stage, "--model", path, "--results", rdir, *extra)
+        assert r.returncode == 0, f"{stage}: {r.stderr}"
+    return pd.read_csv(rdir / "ops_latency.csv", keep_default_na=False).set_index("node"), rdir
+
+
+def _model(nodes, inputs, outputs, inits):
+    m = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, inits),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_each_kernel_time_goes_to_the_node_that_ran_it(tmp_path):
+    """hunt13's: (a) unnamed nodes after two Identities ORT removes: the 512^3 MatMul's 3.6 ms went to the 8x8
+    one (positions in ORT's graph shift) and the Abs's kernel to the big one; (b) a merged LoRA weight (A @ B + W,
+    constants alone, folded when the session loads) took its consumer's kernel, the consumer shown fused into it;
+    (c) a MatMul+Add ORT runs as one Gemm waits for the Add's other operand: 04's path left that chain out."""
+    from onnx import TensorProto, numpy_helper
+    rng = np.random.default_rng(0)
+    w = lambda name, *shape: numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)  # noqa: E731
+    f = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+    nodes = [helper.make_node("Identity", ["x"], ["x1"]), helper.make_node("Identity", ["y"], ["y1"]),
+             helper.make_node("MatMul", ["x1", "wl"], ["c"]), helper.make_node("MatMul", ["y1", "wh"], ["d"]),
+             helper.make_node("Abs", ["d"], ["e"]), helper.make_node("Tanh", ["c"], ["t"])]
+    df, _ = _profiled(tmp_path, _model(nodes, [f("x", [8, 8]), f("y", [512, 512])], [f("t", [8, 8]), f("e", [512, 512])],
+                                       [w("wl", 8, 8), w("wh", 512, 512)]), "unnamed")
+    assert df.loc["MatMul_3", "latency_us"] > 20 * df.loc["MatMul_2", "latency_us"]
+    assert df.loc["MatMul_3", "ort_kernels"] == "MatMul_3" and df.loc["Abs_4", "ort_kernels"] == "Abs_4"
+    nodes = [helper.make_node("MatMul", ["A", "B"], ["AB"], name="lora_AB"),
+             helper.make_node("Add", ["W", "AB"], ["Weff"], name="lora_merge"),
+             helper.make_node("MatMul", ["x", "Weff"], ["h"], name="proj"), helper.make_node("Relu", ["h"], ["y"], name="act")]
+    df, _ = _profiled(tmp_path, _model(nodes, [f("x", [16, 256])], [f("y", [16, 256])],
+                                       [w("W", 256, 256), w("A", 256, 16), w("B", 16, 256)]), "lora")
+    assert df.loc[["lora_AB", "lora_merge"], "attribution"].tolist() == ["not_run"] * 2
+    assert df.loc["proj", "attribution"] == "kernel" and df.loc["proj", "ort_kernels"] == "proj"
+    chain = ["r1", "r2", "r3", "r4"]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["big"], name="big_mm"),
+             *[helper.make_node(op, [i], [o], name=o) for op, i, o in zip(["Relu", "Sigmoid", "Tanh", "Abs"],
+                                                                          ["x", *chain[:-1]], chain)],
+             helper.make_node("Add", ["big", "r4"], ["j"], name="add_join"), helper.make_node("Neg", ["j"], ["y"], name="neg")]
+    df, rdir = _profiled(tmp_path, _model(nodes, [f("x", [256, 256])], [f("y", [256, 256])], [w("W", 256, 256)]),
+                         "branchy", "03_merge_profile_metrics.py", "04_critical_path.py")
+    assert df.loc["add_join", "fused_into"] == "big_mm"          # ORT's MatMulAddFusion: one Gemm(x, W, r4)
+    path = pd.read_csv(rdir / "critical_path.csv")
+    assert path["node"].tolist() == [*chain, "big_mm", "neg"]   # was big_mm, add_join, neg
+    assert path["latency_us"].iloc[4] == df.loc["big_mm", "latency_us"]
+
+
+def test_a_qdq_op_keeps_its_own_kernel(tmp_path):
+    """quantize_static (QDQ): ORT runs the Add as QLinearAdd and the pools as QLinearGlobalAveragePool and
+    NhwcMaxPool under the nodes' names; those kernels went to the QuantizeLinear around them (an op of another
+    type under a node's name was not that node's; a QuantizeLinear's per-element FLOPs outweighed a pool's)."""
+    from onnx import TensorProto, numpy_helper
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    shape = [1, 32, 64, 64]
+    f = lambda name, s: helper.make_tensor_value_info(name, TensorProto.FLOAT, s)  # noqa: E731
+    nodes = [helper.make_node("Add", ["x", "y"], ["s"], name="big_add"),
+             helper.make_node("MaxPool", ["s"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("GlobalAveragePool", ["p"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["out"], name="flat")]
+    f32 = tmp_path / "f32.onnx"
+    onnx.save(_model(nodes, [f("x", shape), f("y", shape)], [f("out", [1, 32])], []), str(f32))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(0)
+            self.data = iter([{n: rng.standard_normal(shape).astype(np.float32) for n in "xy"} for _ in range(2)])
+
+        def get_next(self):
+            return next(self.data, None)
+    quantize_static(str(f32), str(tmp_path / "q.onnx"), Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    df, _ = _profiled(tmp_path, onnx.load(str(tmp_path / "q.onnx")), "qdq")
+    for node in ("big_add", "pool", "gap"):
+        assert df.loc[node, "attribution"] == "kernel", df[["attribution", "fused_into", "ort_kernels"]]
+    assert "big_add" in df.loc["big_add", "ort_kernels"].split(";") and df.loc["gap", "ort_kernels"] == "gap"
+    qdq = df[df["op_type"].isin(["QuantizeLinear", "DequantizeLinear"])]
+    assert not qdq["ort_kernels"].str.contains("big_add|gap|pool").any()

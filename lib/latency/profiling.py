@@ -49,7 +49,7 @@ from lib.artifacts import atomic_path
 from lib.errors import StageError
 from lib.latency.cse import merged_away
 from lib.onnx.costs import node_cost
-from lib.onnx.graph import CONTROL_FLOW, Graph, unique_names
+from lib.onnx.graph import CONTROL_FLOW, Graph, constant_tensors, unique_names
 from lib.onnx.ops import REGISTRY, is_mac_op, names_with, op_key
 from lib.onnx.reader import attribute_subgraphs, read_light, strip_external_references
 
@@ -175,25 +175,19 @@ def profile_sessions(model_path: str, light, feeds: dict[str, np.ndarray], sessi
                      between=None, **kw) -> list[dict]:
     """profile_model in `sessions` sessions one after the other (ORT's trace and optimized graph kept from the
     first); between(): called after each session (stage 01's host reference). light: the model's read_light().
-    A model with a node named as ORT names an unnamed one is run as a copy with every node named as the tables
-    name it (clashing_names)."""
+    A model with unnamed nodes is run as a copy with every node named as the tables name it (named_copy): ORT's
+    trace names an unnamed node <op>_<its index in ORT's graph>, which its saved graph does not keep. A node the
+    user named MatMul_0 beside an unnamed MatMul traced as one kernel; with two Identities removed before them,
+    an unnamed 512^3 MatMul's 3.6 ms went to an 8x8 one."""
     out = []
     with tempfile.TemporaryDirectory(prefix="named_") as tmp:
-        if clashing_names(light.model.graph):
+        if any(not n.name for n in light.model.graph.node):
             model_path = named_copy(model_path, tmp, external=light.external_refs)
         for s in range(sessions):
             out.append(profile_model(model_path, feeds, keep_dir=keep_dir if s == 0 else None, **kw))
             if between is not None:
                 between()
     return out
-
-
-def clashing_names(graph: onnx.GraphProto) -> bool:
-    """A node named <op>_<digits> in a graph with unnamed <op> nodes: ORT's trace names an unnamed node
-    <op>_<its index>, and a user's MatMul_0 beside an unnamed MatMul at index 0 gave both kernels one name (their
-    times summed onto the small MatMul, the big one given the next node's Relu)."""
-    unnamed = {n.op_type for n in graph.node if not n.name}
-    return any(n.name.rpartition("_")[0] in unnamed and n.name.rpartition("_")[2].isdigit() for n in graph.node)
 
 
 def named_copy(model_path: str, folder: str, external: bool) -> str:
@@ -344,9 +338,22 @@ def _original_tensor(name: str, outputs: list[str], g: Graph, node_index: dict[s
     return None, False
 
 
+QDQ = names_with("quantizes")
+
+
 def _work(node, g: Graph) -> tuple[float, float]:
-    c = node_cost(node, g)
+    """A node's claim to anchor its kernel: its (MACs, FLOPs); none for a QuantizeLinear / DequantizeLinear
+    around the op ORT runs as an integer kernel (a QLinearAdd's, a MaxPool's time was booked to a QuantizeLinear:
+    its per-element FLOPs outnumber a pool's)."""
+    c = None if node.op_type in QDQ else node_cost(node, g)
     return (0.0, 0.0) if c is None else (c[1], c[0])
+
+
+def _same_op(kernel_op: str, node_op: str) -> bool:
+    """The kernel ORT runs for a node of node_op under its name: the op itself, or its integer form (QLinearAdd,
+    QLinearGlobalAveragePool, QGemm for a QDQ Add, GlobalAveragePool, Gemm)."""
+    return kernel_op == node_op or (kernel_op.startswith("Q") and kernel_op.endswith(node_op)
+                                    and node_op not in QDQ)
 
 
 MATMUL_ADD_KERNEL = "Gemm"      # the kernel a 3-D MatMul+Add runs as, between two inserted Reshapes
@@ -364,7 +371,7 @@ class _Attribution:
         self.exact: dict[str, bool] = {}
         for k in kernel_names:
             n = self.opt_nodes.get(k)
-            if k in self.node_index and (n is None or n.op_type == g.nodes[self.node_index[k]].op_type):
+            if k in self.node_index and (n is None or _same_op(n.op_type, g.nodes[self.node_index[k]].op_type)):
                 self.tensor_of[k] = next((o for o in g.nodes[self.node_index[k]].output if o), None)
                 self.exact[k] = True
             else:
@@ -432,7 +439,9 @@ class _Attribution:
         materialized.update(o for k in self.kernels if self.exact.get(k) and k in self.node_index
                             and g.producer.get(self.tensor_of.get(k) or "") == self.node_index[k]
                             for o in g.nodes[self.node_index[k]].output if o)
-        stop = set(g.initializers) | set(g.graph_inputs)
+        # a tensor computed from constants alone was folded into a weight when the session loaded: the walk stops
+        # there (a merged LoRA weight's A @ B took its consumer's 326 us, the consumer shown as fused into it)
+        stop = constant_tensors(g) | set(g.graph_inputs)
         todo = [k for k in self.kernels if self.tensor_of[k] and (k not in opt or opt[k].op_type not in LAYOUT_KERNELS)]
         self.merged = merged_away(g, {g.producer[self.tensor_of[k]] for k in todo})
         for k in sorted(todo, key=lambda k: not self.exact[k]):

@@ -58,6 +58,7 @@ class Op:
     qdq_fused: bool = False         # DequantizeLinear -> op -> QuantizeLinear runs as one integer kernel in ORT
     shape_by_run: bool = False      # ORT's symbolic inference gets its output's shape wrong: take a run's
     like: bool = False              # its input gives its output's shape and type alone (RandomNormalLike): no read
+    quantizes: bool = False         # (de)quantizes 8-bit tensors around an op ORT runs as an integer kernel
 
 
 FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is generated from this)
@@ -79,6 +80,7 @@ FLAGS = {   # flag -> what it tells its users (docs/op-registry.md's table is ge
     "qdq_fused": "fed by DequantizeLinear of 8-bit tensors, ORT runs it as an integer kernel (QLinearConv ...)",
     "shape_by_run": "ORT's symbolic shape inference gets its output's shape wrong: 02 takes it from a run",
     "like": "its input gives its output's shape (and type) alone: its values are not read, no bytes in",
+    "quantizes": "(de)quantizes around the op ORT runs as an integer kernel: never that kernel's anchor (attribution)",
 }
 REGISTRY: dict[str, Op] = {}
 
@@ -626,6 +628,7 @@ flag("Shape", "Size", reads_shape=True)
 flag("Gather", "GatherElements", "GatherND", "Slice", pick=True)
 flag("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten", rearranges=True, stored_chain=True)
 flag("DequantizeLinear", "QuantizeLinear", "Cast", stored_chain=True)
+flag("DequantizeLinear", "QuantizeLinear", quantizes=True)
 flag("QuantizeLinear", "Cast", typed_by_input=True)
 flag("Conv", "MatMul", "Gemm", qdq_fused=True)
 flag("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp",
