@@ -37,7 +37,7 @@ def main(argv=None):
     col = {"measured": "latency_us", "predicted": "t_pred_us", "roofline": "t_roofline_us"}[use]
     names = list(arrays.names)
     w, unknown = known_or_zero(prof[col])
-    w, shown = at_group_ends(w, names, prof["fused_into"] if "fused_into" in prof else [])
+    w, shown, inside = at_group_ends(w, names, prof["fused_into"] if "fused_into" in prof else [])
     preds = arrays.preds()
     outputs = np.zeros(len(w), bool)
     outputs[arrays.output_nodes()] = True
@@ -45,6 +45,7 @@ def main(argv=None):
     s = summary(w, finish, stages(len(w), preds), path)
     dead = ~arrays.live()
     s.update(dead_nodes=int(dead.sum()), dead_node_us=float(w[dead].sum()))
+    path = [i for i in path if not inside[i]]        # a group's row is its last node's
     at = shown[path]
     cp = pd.DataFrame({"order": np.arange(len(path)), "node": [names[i] for i in at],
                        "op_type": [prof["op_type"].iat[i] for i in at], "layer": [prof["layer"].iat[i] for i in at],

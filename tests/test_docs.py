@@ -40,7 +40,7 @@ def written(tmp_path_factory):
                          ("03_merge_profile_metrics.py", []), ("04_critical_path.py", []),
                          ("05_energy_estimate.py", []), ("07_split_candidates.py", []),
                          ("08_export_splits.py", ["--top-k", "1", "--diagram", "none"]),
-                         ("10_hailo_parse.py", ["--top-k", "1", "--backend", "static"])):
+                         ("10_hailo_parse.py", ["--boundary", "0", "1", "--backend", "static"])):   # one part 10 exports
         r = run_stage(stage, "--model", model, "--results", rdir, *extra, env={"NN_PERF_CACHE_DIR": str(d / "cache")})
         assert r.returncode == 0, f"{stage}: {r.stderr}"
     r = run_stage("09_fx_partition.py", "--model", "tests.fx_models:fork_join", "--input-shape", "1x3x8x8",

@@ -32,21 +32,24 @@ def longest_path(n: int, preds: list[list[int]], weight: np.ndarray,
     return start, finish, path[::-1]
 
 
-def at_group_ends(weight: np.ndarray, names: list[str], fused_into) -> tuple[np.ndarray, np.ndarray]:
-    """(weights, shown): each fused group's time (on its anchor: ops_profile's fused_into) moved to the group's
-    last node in topological order, where one kernel that ran them all can start only after every input of the
-    group is ready (a MatMul+Add run as one Gemm waited for the Add's other operand, a 247 us chain the path left
-    out); shown[i]: the node a row of the path names (the anchor, for a group's last node)."""
+def at_group_ends(weight: np.ndarray, names: list[str], fused_into) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weights, shown, inside): each fused group's time (its anchor's and its members': ops_profile's fused_into)
+    moved to the group's last node in topological order, where one kernel that ran them all can start only after every input of
+    the group is ready (a MatMul+Add run as one Gemm waited for the Add's other operand, a 247 us chain the path
+    left out); shown[i]: the node a row of the path names (the anchor, for a group's last node); inside[i]: a
+    node of a group other than its last (no row of its own)."""
     pos = {n: i for i, n in enumerate(names)}
-    last: dict[int, int] = {}
+    members: dict[int, list[int]] = {}
     for i, a in enumerate(fused_into):
         if isinstance(a, str) and a in pos:
-            last[pos[a]] = max(last.get(pos[a], pos[a]), i)
+            members.setdefault(pos[a], [pos[a]]).append(i)
     w, shown = np.asarray(weight, float).copy(), np.arange(len(names))
-    for a, end in last.items():
-        if end != a:
-            w[end], w[a], shown[end] = w[end] + w[a], 0.0, a
-    return w, shown
+    inside = np.zeros(len(names), bool)
+    for a, group in members.items():
+        end, total = max(group), w[group].sum()
+        w[group], w[end], shown[end] = 0.0, total, a
+        inside[[m for m in group if m != end]] = True
+    return w, shown, inside
 
 
 def stages(n: int, preds: list[list[int]]) -> np.ndarray:
