@@ -31,9 +31,8 @@ SPEC_ARGS    := $(SHAPE_ARGS) $(if $(PRESET),--preset $(PRESET)) $(if $(INPUTS),
 
 # a user's MODEL that does not exist: one clear line instead of make's "No rule to make target"
 ifneq ($(filter all,$(or $(MAKECMDGOALS),all)),)
-ifneq ($(words $(MODEL)),1)
-$(error MODEL="$(MODEL)" has a space in its path, which make cannot take: rename it or link it (ln -s), or run the stages by hand)
-endif
+$(foreach v,MODEL INPUTS HOST WORKLOAD OFFLOAD SYSTEM LATENCY_MODEL,$(if $(word 2,$($(v))),$(error $(v)="$($(v))" has \
+  a space in its path, which make cannot take: rename it or link it (ln -s), or run the stages by hand)))
 ifneq ($(MODEL),models/resnet50.onnx)
 ifeq ($(wildcard $(MODEL)),)
 $(error MODEL=$(MODEL) not found (give the path of an ONNX file, or leave MODEL unset for the default ResNet-50))

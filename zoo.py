@@ -18,7 +18,8 @@ from lib.zoo.run import run_zoo
 
 
 def main(argv=None):
-    p = cli.parser(__doc__, model="none")
+    p = cli.parser(__doc__, model="none",
+                   results_help="results root: zoo.csv, index.html and one <stem>/ per entry (default: results/)")
     p.add_argument("--zoo", required=True, metavar="YAML", help="the zoo file (docs/zoo.md)")
     p.add_argument("--engine", choices=["local", "dask"], default="local", help="where entries run (default: local)")
     p.add_argument("--scheduler", metavar="ADDR", help="the Dask scheduler, e.g. tcp://127.0.0.1:8786 (--engine dask)")

@@ -22,7 +22,8 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def parser(description: str, *, model: str = "required") -> Parser:
+def parser(description: str, *, model: str = "required",
+           results_help: str = "results folder (default: results/<model-stem>/)") -> Parser:
     """model: 'required' (the stage reads the model file), 'or-results' (--model or --results will do),
     'optional' (the stage checks itself), 'none'."""
     p = Parser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -31,7 +32,7 @@ def parser(description: str, *, model: str = "required") -> Parser:
         p.add_argument("--model", required=model == "required", metavar="PATH",
                        help="ONNX model file; results go to results/<model-stem>/" +
                        (" (or give --results)" if model == "or-results" else ""))
-    p.add_argument("--results", metavar="DIR", help="results folder (default: results/<model-stem>/)")
+    p.add_argument("--results", metavar="DIR", help=results_help)
     return p
 
 
@@ -43,6 +44,9 @@ def parse(p: Parser, argv=None) -> argparse.Namespace:
         if a.model and not Path(a.model).exists():     # before "run 02 first": the model is what is missing
             raise StageError(f"model {a.model} not found")
         a.rdir = results_dir(a.model, a.results) if a.model or a.results else None
+        bad = next((d for d in (a.rdir, *(a.rdir.parents if a.rdir else ())) if d.exists() and not d.is_dir()), None)
+        if bad is not None:     # (01 profiled for minutes before it failed to write there)
+            raise StageError(f"results folder {a.rdir}: {bad} is a file, not a folder")
     return a
 
 

@@ -349,3 +349,21 @@ def test_two_given_shapes_that_give_one_dim_two_values_are_refused(tmp_path):
     r = run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path / "r",
                   "--shape-override", "ids=1x64 mask=1x64")
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("stage", MODEL_STAGES + ["04_critical_path.py"])
+def test_a_results_path_that_is_a_file_a_seed_not_an_integer_and_commas_between_dims(tmp_path, good, stage):
+    """--results a file: 02 and 01 crashed (01 after profiling); workload.yaml seed: abc crashed 01 (1.7 was cut to
+    1); 'x=1,3,32,32' was read as pairs and 'bad --shape-override 3' named a fragment."""
+    (tmp_path / "f").write_text("")
+    assert_clean_error(run_stage(stage, "--model", good, "--results", tmp_path / "f" / "sub"), "f is a file, not a folder")
+    if stage == "04_critical_path.py":
+        return
+    wl = tmp_path / "wl.yaml"
+    for seed in ("abc", "1.7"):
+        wl.write_text(f"seed: {seed}\n")
+        r = run_stage(stage, "--model", good, "--results", tmp_path / "r", "--workload", wl)
+        assert_clean_error(r, "seed must be an integer >= 0")
+    r = run_stage(stage, "--model", good, "--results", tmp_path / "r", "--shape-override", "x=1,3,32,32")
+    assert_clean_error(r, "'x=1,3,32,32': separate the dims with x")
+    assert not (tmp_path / "r").exists()

@@ -79,6 +79,10 @@ def test_a_percent_sign_in_the_model_name_is_spelled_pct_in_its_results_folder(t
     batch_cnn(spaced, 1)
     r = make("-n", "all", f"MODEL={spaced}")
     assert r.returncode == 2 and "has a space in its path, which make cannot take" in r.stderr, r.stderr
+    # an npz or config with a space: 02 read "unrecognized arguments", make "No rule to make target"
+    for var in ("INPUTS", "HOST"):
+        r = make("-n", "all", f"MODEL={model}", f"{var}={tmp_path / 'my models' / 'x.yaml'}")
+        assert r.returncode == 2 and f'{var}="{tmp_path}/my models/x.yaml" has a space' in r.stderr, r.stderr
 
 
 def test_inputs_npz_fixes_the_batch_everywhere(tmp_path):

@@ -36,8 +36,10 @@ class InputSpec:
     @classmethod
     def from_args(cls, a) -> "InputSpec":
         wl = load_yaml(a.workload, "workload config") if getattr(a, "workload", None) else {}
-        return cls(parse_shape_overrides(getattr(a, "shape_override", None) or []), getattr(a, "preset", None), wl,
+        spec = cls(parse_shape_overrides(getattr(a, "shape_override", None) or []), getattr(a, "preset", None), wl,
                    getattr(a, "workload", None), getattr(a, "inputs_npz", None), getattr(a, "seed", None))
+        spec.feed_seed()        # checked where it is read, before any work
+        return spec
 
     def explicit(self) -> bool:
         """Did the user give an input spec (else a stage after 02 inherits 02's)?"""
@@ -73,7 +75,10 @@ class InputSpec:
         return dims
 
     def feed_seed(self) -> int:
-        return int(self.seed if self.seed is not None else self.workload.get("seed", 0))
+        seed = self.seed if self.seed is not None else self.workload.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:     # 'abc' was a traceback in 01, 1.7 cut to 1
+            raise StageError(f"{self.workload_path or 'the workload config'}: seed must be an integer >= 0, not {seed!r}")
+        return seed
 
     def npz_arrays(self) -> dict[str, np.ndarray] | None:
         if self.arrays is not None:
@@ -122,6 +127,9 @@ def parse_shape_overrides(items: list[str]) -> dict[str, list[int]]:
     """'input=1x3x224x224 mask=1x128' (possibly repeated) -> {name: dims}."""
     out: dict[str, list[int]] = {}
     for item in items or []:
+        if re.search(r"=\d+,\d", item):       # 'input=1,3,224,224': the commas read as pair separators
+            raise StageError(f"bad --shape-override '{item}': separate the dims with x (input=1x3x224x224); commas "
+                             f"or spaces separate NAME=DIMS pairs")
         for tok in item.replace(",", " ").split():
             name, sep, dims = tok.rpartition("=")
             if not sep or not name or not re.fullmatch(r"\d+(x\d+)*", dims):
