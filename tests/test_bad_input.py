@@ -297,6 +297,11 @@ def test_accuracy_benches_refuse_to_record_another_cpus_calibration(tmp_path, ca
     ("system", ("constraints", "max_latency_us", -5), "constraints.max_latency_us must be a positive number"),
     ("system", ("devices", "B", {"peak_flops_per_s": float("nan"), "mem_bw_bytes_per_s": 1e9, "power_w": 1}),
      "devices.B.peak_flops_per_s must be a positive number"),
+    # misspelt keys and classes were read nowhere: a constraint dropped, conv never offloaded, silently
+    ("system", ("constraints", "max_latency_uss", 10), "constraints: unknown key max_latency_uss"),
+    ("system", ("ranking", "topk", 3), "ranking: unknown key topk"),
+    ("offload", ("speedup", "cnov", 8), "speedup: unknown op class cnov"),
+    ("offload", ("criteria", "regular_classes", ["convv", "gemm"]), "criteria.regular_classes: unknown op class convv"),
 ])
 def test_config_values_are_checked(tmp_path, which, edit, needle):
     """A user's edit of host.yaml, offload.yaml or system.yaml: a string, NaN, a zero or negative figure, an unknown
@@ -367,3 +372,22 @@ def test_a_results_path_that_is_a_file_a_seed_not_an_integer_and_commas_between_
     r = run_stage(stage, "--model", good, "--results", tmp_path / "r", "--shape-override", "x=1,3,32,32")
     assert_clean_error(r, "'x=1,3,32,32': separate the dims with x")
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("key, value, needle", [("mem_bw_bytes_per_s", "100 GB/s", "mem_bw_bytes_per_s must be a positive"),
+                                                ("compute_units", 0, "compute_units must be a positive integer")])
+def test_hardware_profile_figures_are_checked(tmp_path, key, value, needle):
+    """Stage 09's configs/hardware/*.yaml: '100 GB/s' was a ValueError, compute_units 0 a ZeroDivisionError."""
+    import shutil
+    import yaml
+    from conftest import REPO
+    from lib.errors import StageError
+    from lib.fx.hardware import load_profiles
+    for f in (REPO / "configs" / "hardware").glob("*.yaml"):
+        shutil.copy(f, tmp_path / f.name)
+    path = tmp_path / "hailo8.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc[key] = value
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(StageError, match=f"hardware profile {path}: {needle}"):
+        load_profiles(tmp_path)

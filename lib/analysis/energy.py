@@ -20,6 +20,7 @@ from lib.errors import StageError
 from lib.host import per_dtype
 from lib.analysis.roofline import known_or_zero, node_bytes
 from lib.onnx.inputs import InputSpec, make_feeds
+from lib.onnx.ops import op_classes
 
 
 POWERCAP = "/sys/class/powercap"
@@ -166,9 +167,11 @@ def load_offload(path: str | Path) -> dict:
         if not isinstance(c.get(key), dict):
             raise StageError(f"offload config {path} lacks the '{key}' mapping")
     where = f"offload config {path}:"
+    classes = op_classes()
     for key in ("speedup", "energy_gain"):
         for k, v in c[key].items():
             c[key][k] = number(v, f"{where} {key}.{k}")
+        _classes_known(set(c[key]) - {"default"}, classes, f"{where} {key}")
     crit = c["criteria"]
     for k, high in (("min_share_pct", 100.0), ("min_ai_flop_per_byte", None)):
         if k in crit:
@@ -176,10 +179,19 @@ def load_offload(path: str | Path) -> dict:
     for k in ("regular_classes", "fusable_classes"):
         if k in crit and not (isinstance(crit[k], list) and all(isinstance(x, str) for x in crit[k])):
             raise StageError(f"{where} criteria.{k} must be a list of op classes, e.g. [conv, matmul], got {crit[k]!r}")
+        _classes_known(set(crit.get(k) or []), classes, f"{where} criteria.{k}")
     req = crit.get("require", ["share", "regular", "ai"])
     if not isinstance(req, list) or not set(req) <= set(CRITERIA):
         raise StageError(f"{where} criteria.require must list some of {list(CRITERIA)}, got {req!r}")
     return c
+
+
+def _classes_known(names: set[str], classes: set[str], where: str) -> None:
+    """A misspelt class (cnov: 8) was read nowhere: conv fell back to S_k 1 and no kernel was selected."""
+    bad = sorted(names - classes)
+    if bad:
+        raise StageError(f"{where}: unknown op class{'es' if len(bad) > 1 else ''} {', '.join(bad)} (classes: "
+                         f"{', '.join(sorted(classes))})")
 
 
 def amdahl(f: float, s: float) -> float:

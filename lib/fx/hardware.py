@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from lib.analysis.device_time import device_terms, with_overhead
-from lib.artifacts import CONFIGS, REPO, load_yaml
+from lib.artifacts import CONFIGS, REPO, load_yaml, number
 from lib.errors import StageError
 
 REQUIRED = ("name", "kind", "peak_flops_per_s", "mem_bw_bytes_per_s", "compute_units", "lanes_per_unit",
@@ -37,10 +37,29 @@ def load_profiles(folder: str | Path = CONFIGS / "hardware") -> dict[str, dict]:
         if missing:
             raise StageError(f"hardware profile {path} lacks {missing}")
         prec = p.get("run_precision", "fp32")
+        if not isinstance(p["peak_flops_per_s"], dict) or not isinstance(p["energy"], dict) \
+                or not isinstance(p["energy"].get("e_flop_j"), dict):
+            raise StageError(f"hardware profile {path}: peak_flops_per_s and energy.e_flop_j map precisions to "
+                             f"numbers ({{fp32: 1.4e+12}})")
         if prec not in p["peak_flops_per_s"] or prec not in p["energy"]["e_flop_j"]:
             raise StageError(f"hardware profile {path}: run_precision {prec} has no peak or e_flop entry")
+        _check_numbers(p, f"hardware profile {path}")     # '100 GB/s' and compute_units 0 were tracebacks
         out[path.stem] = p
     return out
+
+
+def _check_numbers(p: dict, where: str) -> None:
+    """The profile's figures, in place: rates and sizes > 0, counts whole, energies and overheads >= 0."""
+    for dt, v in p["peak_flops_per_s"].items():
+        p["peak_flops_per_s"][dt] = number(v, f"{where}: peak_flops_per_s.{dt}")
+    p["mem_bw_bytes_per_s"] = number(p["mem_bw_bytes_per_s"], f"{where}: mem_bw_bytes_per_s")
+    for k in ("compute_units", "lanes_per_unit"):
+        p[k] = number(p[k], f"{where}: {k}", integer=True)
+    for dt, v in p["energy"]["e_flop_j"].items():
+        p["energy"]["e_flop_j"][dt] = number(v, f"{where}: energy.e_flop_j.{dt}", zero=True)
+    p["energy"]["e_byte_j"] = number(p["energy"].get("e_byte_j"), f"{where}: energy.e_byte_j", zero=True)
+    for k in ("static_power_w", "kernel_overhead_us"):
+        p[k] = number(p.get(k, 0.0), f"{where}: {k}", zero=True)
 
 
 def map_subgraphs(sg: pd.DataFrame, prof: dict, batch: int = 1) -> pd.DataFrame:

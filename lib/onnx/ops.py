@@ -790,6 +790,13 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
+def op_classes() -> set[str]:
+    """Every op class a node can have (the op_class column): the registry's, the three a Conv's group decides, and
+    'other' (an op of unknown cost)."""
+    return {o.op_class for o in REGISTRY.values() if isinstance(o.op_class, str)} | \
+        {"conv", "conv_grouped", "conv_depthwise", "other"}
+
+
 def flags_table() -> str:
     """docs/op-registry.md's table of the ops each flag is set on, and of the ops with a value evaluator."""
     lines = ["| flag | meaning | ops |", "| --- | --- | --- |"]

@@ -8,8 +8,13 @@ from lib.artifacts import REPO, load_yaml, number
 from lib.errors import StageError
 
 
+SECTIONS = ("devices", "link", "chain_links", "constraints", "dag", "ranking")
+CONSTRAINTS = ("max_latency_us", "max_energy_j", "rate_hz", "max_peak_act_left_bytes", "max_peak_act_right_bytes")
+
+
 def load_system(path: str | Path) -> dict:
     s = load_yaml(path, "system config")
+    known(s, SECTIONS, f"system config {path}")      # a misspelt constraint was dropped, silently
     devices = s.get("devices") if isinstance(s.get("devices"), dict) else {}
     for d in ("A", "B", *devices):
         dev = devices.get(d)
@@ -42,10 +47,20 @@ def load_system(path: str | Path) -> dict:
             raise StageError(f"system config {path}: chain_links[{i}] must link {keys[i + 1]} to {keys[i + 2]} "
                              f"(from/to), got {lk.get('from')!r} to {lk.get('to')!r}")
     _check_constraints_and_ranking(s, path)
+    if isinstance(s.get("dag"), dict):
+        known(s["dag"], ("max_nodes",), f"system config {path}: dag")
     limit = (s.get("dag") or {}).get("max_nodes") if isinstance(s.get("dag") or {}, dict) else "?"
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 2):
         raise StageError(f"system config {path}: dag.max_nodes must be an integer >= 2 or null, got {limit!r}")
     return s
+
+
+def known(d: dict, keys, where: str) -> None:
+    """Refuse keys a config section does not have (each one read nowhere: max_latency_uss pruned nothing)."""
+    bad = sorted(set(d) - set(keys))
+    if bad:
+        raise StageError(f"{where}: unknown key{'s' if len(bad) > 1 else ''} {', '.join(bad)} (known: "
+                         f"{', '.join(keys)})")
 
 
 def _check_link(link, path, where: str) -> None:
@@ -64,12 +79,14 @@ def _check_constraints_and_ranking(s: dict, path) -> None:
     c = s.get("constraints") or {}
     if not isinstance(c, dict):
         raise StageError(f"{where} constraints must be a mapping, got {c!r}")
+    known(c, CONSTRAINTS, f"{where} constraints")
     for k, v in c.items():
         if v is not None:
             c[k] = number(v, f"{where} constraints.{k}")
     r = s.get("ranking") or {}
     if not isinstance(r, dict):
         raise StageError(f"{where} ranking must be a mapping, got {r!r}")
+    known(r, (*RANKING_NUMBERS, "by", "strict", "weights"), f"{where} ranking")
     check_ranking(r, lambda k: f"{where} ranking.{k}")
 
 
