@@ -348,9 +348,14 @@ def test_calibrate_quick_writes_a_model_that_loads_and_predicts(tmp_path):
     host = tmp_path / "host.yaml"
     host.write_text((REPO / "configs" / "host.yaml").read_text())
     out = tmp_path / "latency_model.yaml"
-    r = subprocess.run([sys.executable, "-m", "lib.latency.calibrate", "--quick", "--host", str(host), "--out", str(out)],
-                       cwd=REPO, capture_output=True, text=True, timeout=600)
+    system = tmp_path / "system.yaml"
+    system.write_text((REPO / "configs" / "system.yaml").read_text())
+    r = subprocess.run([sys.executable, "-m", "lib.latency.calibrate", "--quick", "--host", str(host), "--out", str(out),
+                        "--system", str(system)], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
+    # device A is this host: the fp32 peak host.yaml ends with (it kept step 1's matmul figure, 186 against 263)
+    assert yaml.safe_load(system.read_text())["devices"]["A"]["peak_flops_per_s"] == \
+        yaml.safe_load(host.read_text())["peak_flops_per_s"]["float"]
     assert "held-out" in r.stdout and "conv" in r.stdout
     doc = yaml.safe_load(out.read_text())
     for key in ("host", "calibrated_at", "onnxruntime", "threads", "params", "fit_errors", "dispatch", "fitted_against"):

@@ -35,6 +35,8 @@ from lib.latency.kernel_model import load_kernel_model
 from lib.latency.latency_model import load_latency_model, peak_per_row, traffic_bytes
 from lib.latency.microbench import _graph_and_feeds_of_path, _graph_of_path, _input_shapes, node_times, profile_runs
 from lib.latency.predict import at_host_speed, kernel_prediction, optimized_graph
+from lib.onnx.reader import read_light
+from lib.provenance import identity, stamp
 from lib.onnx.graph import load_model, real_inputs
 from lib.progress import Progress
 
@@ -367,9 +369,11 @@ def main(argv=None):
                uncontended=not a.no_uncontended, rounds=a.rounds)
     write_csv(df, rdir / "sweep.csv")
     plot(df, rdir / "plots" / "sweep.png", f"{Path(a.model).name}: measured vs predicted per batch")
-    write_json({"model": str(a.model), "batches": a.batches, "runs": a.runs, "rounds": a.rounds, "preset": a.preset,
-                "shape_override": a.shape_override, "latency_model": a.latency_model or "configs/latency_model.yaml",
-                "versions": versions()}, rdir / "sweep_meta.json")
+    # the model's identity; the inputs are each batch's (sweep.csv's input_shapes), not one spec
+    write_json(stamp({"model": str(a.model), "batches": a.batches, "runs": a.runs, "rounds": a.rounds,
+                      "preset": a.preset, "shape_override": a.shape_override,
+                      "latency_model": a.latency_model or "configs/latency_model.yaml", "versions": versions()},
+                     identity(read_light(a.model), None)), rdir / "sweep_meta.json")
     print(f"{'batch':>5} {'predicted ms':>13} {'median ms':>10} {'error':>7} {'mean ms':>8} {'error':>7} "
           f"{'uncontended ms':>15} {'error':>7} {'inf/s':>8} {'FLOP/B':>7}")
     for _, r in df.iterrows():
