@@ -45,7 +45,8 @@ def dag_table(summ: dict) -> dict | None:
     if not rows:
         return None
     return table(["objective", "est. latency", "est. energy", "nodes on A / B", "cut", "Comm", "a prefix?",
-                  "gain vs best boundary", "vs all on A", "vs all on B", "cut tensors"], rows, {1, 2, 4, 5})
+                  "gain vs the fastest boundary (pruned ones too)", "vs all on A", "vs all on B", "cut tensors"], rows,
+                 {1, 2, 4, 5})
 
 
 def crossover_table(summ: dict) -> dict | None:
