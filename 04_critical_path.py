@@ -5,7 +5,7 @@ Node weights are 01's measured latency (via ops_profile.csv); with no profile, 0
 calibrated latency model; the roofline when there is none), or the roofline lower bound on request.
 The critical path is the longest chain ending at a node that writes a graph output (a node whose outputs nothing
 reads runs, but ends no chain). Nodes one kernel ran (fused_into) start together when all their inputs are ready:
-the group's time sits at its last node, its row named after the anchor. Summary: critical-path time, sum of node times, parallelism (sum / critical: the
+the group's time sits at its last node; each row's `kernel` names the node whose kernel ran it. Summary: critical-path time, sum of node times, parallelism (sum / critical: the
 average concurrency the graph would allow on unlimited cores), topological stages (ASAP levels) and the most ops
 in one stage.
 """
@@ -37,7 +37,7 @@ def main(argv=None):
     col = {"measured": "latency_us", "predicted": "t_pred_us", "roofline": "t_roofline_us"}[use]
     names = list(arrays.names)
     w, unknown = known_or_zero(prof[col])
-    w, shown, inside = at_group_ends(w, names, prof["fused_into"] if "fused_into" in prof else [])
+    w, kernel = at_group_ends(w, names, prof["fused_into"] if "fused_into" in prof else [])
     preds = arrays.preds()
     outputs = np.zeros(len(w), bool)
     outputs[arrays.output_nodes()] = True
@@ -45,11 +45,10 @@ def main(argv=None):
     s = summary(w, finish, stages(len(w), preds), path)
     dead = ~arrays.live()
     s.update(dead_nodes=int(dead.sum()), dead_node_us=float(w[dead].sum()))
-    path = [i for i in path if not inside[i]]        # a group's row is its last node's
-    at = shown[path]
-    cp = pd.DataFrame({"order": np.arange(len(path)), "node": [names[i] for i in at],
-                       "op_type": [prof["op_type"].iat[i] for i in at], "layer": [prof["layer"].iat[i] for i in at],
-                       "start_us": start[path], "finish_us": finish[path], "latency_us": w[path]})
+    cp = pd.DataFrame({"order": np.arange(len(path)), "node": [names[i] for i in path],
+                       "op_type": [prof["op_type"].iat[i] for i in path], "layer": [prof["layer"].iat[i] for i in path],
+                       "start_us": start[path], "finish_us": finish[path], "latency_us": w[path],
+                       "kernel": [kernel[i] for i in path]})
     write_csv(cp, a.rdir / "critical_path.csv")
     write_json(stamp({"weight": use, **s, "path_nodes": len(path), "unknown_time_nodes": unknown,
                       "versions": versions()}, metas["merge_meta.json"]["identity"], metas),

@@ -171,7 +171,7 @@ def test_plot_labels_show_node_names_as_written(built, tmp_path):
     copy = tmp_path / "cnn"
     shutil.copytree(rdir, copy, ignore=shutil.ignore_patterns("splits"))
     cp = pd.read_csv(copy / "critical_path.csv")
-    cp.loc[cp["latency_us"] > 0, "node"] = "a &amp; <b>b</b>"
+    cp.loc[cp["latency_us"] > 0, ["node", "kernel"]] = "a &amp; <b>b</b>"
     cp["layer"] = ""
     cp.to_csv(copy / "critical_path.csv", index=False)
     (trace,) = plot_traces(str(critical_path_section(Artifacts(copy))["plot"]), "critical-path-plot")

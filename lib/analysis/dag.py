@@ -32,24 +32,22 @@ def longest_path(n: int, preds: list[list[int]], weight: np.ndarray,
     return start, finish, path[::-1]
 
 
-def at_group_ends(weight: np.ndarray, names: list[str], fused_into) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(weights, shown, inside): each fused group's time (its anchor's and its members': ops_profile's fused_into)
-    moved to the group's last node in topological order, where one kernel that ran them all can start only after every input of
-    the group is ready (a MatMul+Add run as one Gemm waited for the Add's other operand, a 247 us chain the path
-    left out); shown[i]: the node a row of the path names (the anchor, for a group's last node); inside[i]: a
-    node of a group other than its last (no row of its own)."""
+def at_group_ends(weight: np.ndarray, names: list[str], fused_into) -> tuple[np.ndarray, list[str]]:
+    """(weights, kernel): each fused group's time (its anchor's and its members': ops_profile's fused_into) moved to
+    the group's last node in topological order, where one kernel that ran them all can start only after every input
+    of the group is ready (a MatMul+Add run as one Gemm waited for the Add's other operand, a 247 us chain the path
+    left out); kernel[i]: the node whose kernel ran node i (its anchor, else itself)."""
     pos = {n: i for i, n in enumerate(names)}
+    kernel = [a if isinstance(a, str) and a in pos else n for n, a in zip(names, list(fused_into) or [None] * len(names))]
     members: dict[int, list[int]] = {}
-    for i, a in enumerate(fused_into):
-        if isinstance(a, str) and a in pos:
-            members.setdefault(pos[a], [pos[a]]).append(i)
-    w, shown = np.asarray(weight, float).copy(), np.arange(len(names))
-    inside = np.zeros(len(names), bool)
-    for a, group in members.items():
-        end, total = max(group), w[group].sum()
-        w[group], w[end], shown[end] = 0.0, total, a
-        inside[[m for m in group if m != end]] = True
-    return w, shown, inside
+    for i, a in enumerate(kernel):
+        members.setdefault(pos[a], []).append(i)
+    w = np.asarray(weight, float).copy()
+    for group in members.values():
+        if len(group) > 1:
+            total = w[group].sum()
+            w[group], w[max(group)] = 0.0, total
+    return w, kernel
 
 
 def stages(n: int, preds: list[list[int]]) -> np.ndarray:

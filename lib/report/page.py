@@ -342,7 +342,9 @@ def critical_path_section(art: Artifacts, max_rows: int = 80) -> dict:
         return {"ok": False, "missing": art.missing("critical_path.csv")}
     timed = cp[cp["latency_us"] > 0]
     shown = timed.loc[sorted(timed["latency_us"].nlargest(max_rows).index)] if len(timed) > max_rows else timed
-    labels = [plot_text(f"{int(r.order)}. {node_label(r.node, r.layer)}") for r in shown.itertuples()]
+    # a fused group's time sits on its last node: the bar is named after the node whose kernel ran it
+    labels = [plot_text(f"{int(r.order)}. {node_label(k, r.layer)}" + (f" (through {r.node})" if k != r.node else ""))
+              for r, k in zip(shown.itertuples(), shown["kernel"] if "kernel" in shown else shown["node"])]
     fig = go.Figure(go.Bar(y=labels, x=shown["latency_us"] / 1e3, base=shown["start_us"] / 1e3, orientation="h",
                            customdata=np.stack([shown["op_type"], shown["start_us"] / 1e3], axis=1),
                            hovertemplate="%{y}<br>%{customdata[0]}: starts %{customdata[1]:.3g} ms, takes %{x:.3g} ms"
