@@ -440,8 +440,10 @@ class _Attribution:
                             and g.producer.get(self.tensor_of.get(k) or "") == self.node_index[k]
                             for o in g.nodes[self.node_index[k]].output if o)
         # a tensor computed from constants alone was folded into a weight when the session loaded: the walk stops
-        # there (a merged LoRA weight's A @ B took its consumer's 326 us, the consumer shown as fused into it)
-        stop = constant_tensors(g) | set(g.graph_inputs)
+        # there (a merged LoRA weight's A @ B took its consumer's 326 us, the consumer shown as fused into it); a
+        # Constant node stays in the group of the kernel that reads it (its bytes are that kernel's)
+        stop = set(g.initializers) | set(g.graph_inputs) | {
+            t for t in constant_tensors(g) if t in g.producer and g.op_types[g.producer[t]] != "Constant"}
         todo = [k for k in self.kernels if self.tensor_of[k] and (k not in opt or opt[k].op_type not in LAYOUT_KERNELS)]
         self.merged = merged_away(g, {g.producer[self.tensor_of[k]] for k in todo})
         for k in sorted(todo, key=lambda k: not self.exact[k]):
