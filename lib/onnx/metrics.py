@@ -316,10 +316,10 @@ def kv_cache(g: Graph) -> dict:
 def summarize(df: pd.DataFrame, g: Graph) -> dict:
     mac_ops = df["macs"] > 0          # Conv/Gemm/MatMul/Einsum/recurrent and their integer and quantized forms
     unknown = df.loc[~df["cost_known"], "op_type"]
-    string = onnx.TensorProto.STRING
-    strings = np.array([any(t is not None and t.elem_type == string
-                            for t in map(g.tensors.get, [*g.node_inputs[p], *g.node_outputs[p]]))
-                        for p in df["topo_idx"].to_numpy(int)], dtype=bool)
+    string, unsized = onnx.TensorProto.STRING, ~df["bytes_known"].to_numpy(bool)
+    strings = sum(any(t is not None and t.elem_type == string
+                      for t in map(g.tensors.get, [*g.node_inputs[p], *g.node_outputs[p]]))
+                  for p in df["topo_idx"].to_numpy(int)[unsized])     # a string has no size: only those rows
     return {
         "nodes": int(len(df)),
         "total_macs": float(df["macs"].sum()),
@@ -331,7 +331,7 @@ def summarize(df: pd.DataFrame, g: Graph) -> dict:
         "unknown_cost_ops": {str(k): int(v) for k, v in unknown.value_counts().sort_index().items()},
         "unknown_size_nodes": int((~df["bytes_known"]).sum()),
         # of those, the nodes that read or write a string tensor (no byte size): not an unresolved shape
-        "unknown_size_strings": int((~df["bytes_known"].to_numpy(bool) & strings).sum()),
+        "unknown_size_strings": int(strings),
         "upper_bound_nodes": int(df["cost_note"].str.startswith("upper bound").sum()),
         "shape_source": {str(k): int(v) for k, v in df["shape_source"].value_counts().sort_index().items()},
         "op_counts": {str(k): int(v) for k, v in df["op_type"].value_counts().sort_index().items()},

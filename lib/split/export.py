@@ -499,9 +499,9 @@ def write_runner(split_dir: Path, meta: dict, inputs_npz: str | None = None) -> 
     os.replace(tmp, split_dir / META)
 
 
-def read_meta(split_dir: Path) -> dict | None:
+def read_meta(split_dir: Path, name: str = META) -> dict | None:
     try:
-        return json.loads((split_dir / META).read_text())
+        return json.loads((split_dir / name).read_text())
     except (OSError, ValueError):
         return None
 

@@ -213,19 +213,12 @@ def partition_file(rdir: Path, b: int, side: str, ident: dict, exporter_fn) -> P
     left under the same path (copied over with its old time kept) was parsed in its place."""
     folder = Path(rdir) / "splits" / f"b{b}"
     part = folder / ("part2.onnx" if side == "right" else "part1.onnx")
-    meta = read_meta(folder) or _read_json(folder / PART_IDENTITY)
+    meta = read_meta(folder) or read_meta(folder, PART_IDENTITY)
     if not part.exists() or not same_identity((meta or {}).get("identity"), ident):
         shutil.rmtree(folder, ignore_errors=True)
         exporter_fn().export(b, folder)
         write_json({"identity": ident}, folder / PART_IDENTITY)
     return part
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def check_partitions(parts: dict[int, Path], rdir: Path, side: str, archs: list[str], cmds: dict, table: dict,
