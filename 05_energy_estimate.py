@@ -4,18 +4,20 @@
 Each energy figure names its method. counter: the RAPL energy counters under /sys/class/powercap, when readable,
 over >= 1 s of repeated runs with the idle power subtracted (whole inferences only: energy_meta.json).
 power x time: a power figure times a time; whose power is named (--avg-power-w, else the counter's measured
-power above idle, else host.yaml's assumed avg_power_w), the time is 01's measured latency, else 03's
-prediction. component model: FLOPs x e_flop(dtype) + bytes x e_byte. energy.csv, per node: e_power_j (power x
-time), e_compute_j + e_mem_j = e_total_j (component model), with the method columns energy_method (of
-e_total_j) and e_power_method: per-node energy is never measured. kernel_candidates.csv: one row per op class
+power above idle, else host.yaml's assumed avg_power_w); the time of a whole inference is 01's median session
+latency, else 03's predicted latency, a node's its measured time, else the baseline's prediction. component
+model: FLOPs x e_flop(dtype) + bytes x e_byte. energy.csv, per node: e_power_j (power x time), e_compute_j +
+e_mem_j = e_total_j (component model), with the method columns energy_method (of e_total_j) and
+e_power_method: per-node energy is never measured. kernel_candidates.csv: one row per op class
 with the seed's criteria (share of latency or energy, regular op class, arithmetic intensity, fusable
 neighbours) and the reason. amdahl.csv: S_total = 1 / ((1 - f) + f / S_k), S_k per op class from
 configs/offload.yaml. The graph's structure (fusable neighbours) comes from stage 02's graph.npz.
 """
 from lib import cli
 from lib.artifacts import CONFIGS, read_csv, versions, write_csv, write_json
-from lib.analysis.energy import (METHODS, amdahl_table, kernel_table, load_offload, measure_counter, node_energy,
-                                 power_source, print_report, whole_model)
+from lib.analysis.energy import (METHODS, amdahl_table, inference_time, kernel_table, load_offload, measure_counter,
+                                 node_energy, power_source, print_report, whole_model)
+from lib.analysis.roofline import BYTE_COLUMNS
 from lib.errors import StageError
 from lib.host import load_host, same_host
 from lib.onnx.loading import analysed_arrays
@@ -34,14 +36,16 @@ def main(argv=None):
                    "per counter reading, >= 1 (default: %(default)s)")
     a = cli.parse(p, argv)
     host, off = load_host(a.host), load_offload(a.offload)
-    if (a.avg_power_w is not None and not 0 < a.avg_power_w < float("inf")) or not a.counter_window_s >= 1:
-        raise StageError("--avg-power-w must be positive and --counter-window-s at least 1")
+    if a.avg_power_w is not None and not 0 < a.avg_power_w < float("inf"):
+        raise StageError(f"--avg-power-w must be a positive number of watts, not {a.avg_power_w:g}")
+    if not a.counter_window_s >= 1:
+        raise StageError(f"--counter-window-s must be at least 1 (seconds), not {a.counter_window_s:g}")
     arrays, res, spec = analysed_arrays(a.rdir, a.model)
     metas = res.require("merge_meta.json")
     same_host(host, a.host, metas["merge_meta.json"])
     prof = read_csv(a.rdir, "ops_profile.csv", ("node", "op_type", "op_class", "flops", "latency_us", "t_pred_us",
                                                 "bound", "fused_into"))
-    # the node's time: 01's measured latency, else 03's prediction (for the power model, shares and Amdahl)
+    # the node's time: 01's measured latency, else 03's baseline prediction (per-node power x time, shares, Amdahl's f)
     source = "measured" if metas["merge_meta.json"]["latency_source"] == "measured" else "predicted"
     if source == "predicted":
         prof["latency_us"] = prof["t_pred_us"]
@@ -50,13 +54,14 @@ def main(argv=None):
     power = power_source(a.avg_power_w, float(host["avg_power_w"]), a.host, counter)
     energy = node_energy(prof, host, power["power_w"])
     kernels = kernel_table(energy, prof, arrays.succs(), off["criteria"], off["speedup"])
-    t_total = float(prof["latency_us"].sum())
+    t_total, time_how = inference_time(prof, metas["merge_meta.json"].get("prediction"), source)
     amd = amdahl_table(kernels, off["speedup"], off["energy_gain"], t_total, float(energy["e_total_j"].sum()))
-    whole = whole_model(energy, power, counter, t_total, source)
+    whole = whole_model(energy, power, counter, t_total, time_how)
     write_csv(energy, a.rdir / "energy.csv")
     write_csv(kernels, a.rdir / "kernel_candidates.csv")
     write_csv(amd, a.rdir / "amdahl.csv")
-    write_json(stamp({"avg_power_w": power["power_w"], "power": power, "time_source": source, "methods": list(METHODS),
+    write_json(stamp({"avg_power_w": power["power_w"], "power": power, "time_source": source, "inference_us": t_total,
+                      "partly_unknown_bytes": int(prof[BYTE_COLUMNS].isna().any(axis=1).sum()), "methods": list(METHODS),
                       "counter": counter, "counter_status": why, "energy_per_inference": whole, "host_config": a.host,
                       "offload_config": a.offload, "offload": off, "versions": versions()},
                      metas["merge_meta.json"]["identity"], metas), a.rdir / "energy_meta.json")

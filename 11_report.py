@@ -40,6 +40,8 @@ def main(argv=None):
     a = cli.parse(p, argv)
     if a.top_nodes < 1 or a.graph_collapse_above < 1:
         p.error("--top-nodes and --graph-collapse-above must be >= 1")
+    if a.index and (Path(a.index).is_dir() or not Path(a.index).resolve().parent.is_dir()):
+        p.error(f"--index {a.index}: give an HTML file in an existing folder")
     t0 = time.perf_counter()
     light = a.model     # a path: the graph hash is read only when the file changed since 02 (provenance.graph_hash)
     html, info = build(a.rdir, light, a.top_nodes, (a.graph_layout, a.graph_collapse_above))

@@ -182,5 +182,11 @@ def test_stage_05_without_counters_says_whose_power(tmp_path):
     assert meta["counter"] is None and meta["counter_status"] == "no readable RAPL zone"
     assert meta["power"] == {"power_w": 12.0, "source": "--avg-power-w", "label": "12 W given by --avg-power-w (assumed)"}
     assert set(meta["energy_per_inference"]) == {"power x time", "component model"}
+    # no 01: a whole inference takes 03's predicted latency (the one the page quotes), not the baseline's node sum
+    pred = json.loads((rdir / "merge_meta.json").read_text())["prediction"]
+    assert meta["time_source"] == "predicted" and meta["inference_us"] == pred["predicted_latency_us"]
+    assert meta["energy_per_inference"]["power x time"]["energy_j"] == pytest.approx(12 * pred["predicted_latency_us"] * 1e-6)
+    assert (pd.read_csv(rdir / "amdahl.csv")["latency_before_us"] == pred["predicted_latency_us"]).all()
     r = run_stage("05_energy_estimate.py", "--model", model, "--results", rdir, "--counter-window-s", "0.5")
     assert r.returncode == 2 and "--counter-window-s" in r.stderr and "Traceback" not in r.stderr
+    assert "--avg-power-w" not in r.stderr                        # only the flag that is wrong is named

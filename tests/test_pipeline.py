@@ -50,6 +50,11 @@ def check_outputs(model, rdir):
     amd = pd.read_csv(rdir / "amdahl.csv")
     f, s = amd["f_latency"].iat[0], amd["s_k_latency"].iat[0]
     assert amd["s_total_latency"].iat[0] == pytest.approx(1 / ((1 - f) + f / s))
+    # a whole inference's power x time and Amdahl's "before": 01's median session, not the sum of profiled kernels
+    em = json.loads((rdir / "energy_meta.json").read_text())
+    session = meta["session_latency"]["median_us"]
+    assert em["inference_us"] == session and (amd["latency_before_us"] == session).all()
+    assert em["energy_per_inference"]["power x time"]["energy_j"] == pytest.approx(em["avg_power_w"] * session * 1e-6)
     cands = pd.read_csv(rdir / "kernel_candidates.csv")
     assert cands["reason"].str.len().min() > 0
     for name in ["roofline", "energy_breakdown", "critical_path_gantt"]:

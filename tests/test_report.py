@@ -16,6 +16,7 @@ import onnxruntime as ort
 from onnx import helper
 
 from conftest import REPO, costs, make_model, run_stage, small_cnn, tensor
+from test_bad_input import assert_clean_error
 from test_dag_split import branches, system as dag_system
 from lib.report.beyond import bandwidth_text, beyond_section
 from lib.report.graph import graph_section, scopes, views
@@ -589,3 +590,44 @@ def test_static_roofline_draws_one_memory_roof_per_level():
     from lib.report.page import level_bandwidths      # the summary's host row says the same levels
     assert level_bandwidths(host) == "; per level (the roofline's bound): L1 200 GB/s, L2 100 GB/s, L3 50 GB/s, DRAM 20 GB/s"
     assert level_bandwidths(plain) == ""
+
+
+def test_log_axes_are_labelled_in_plain_text(tmp_path):
+    """06's log axes: tick labels as text ("0.001", "1e-05"), not the raw mathtext "$\\mathdefault{10^{-2}}$"
+    that the default formatter gives when mathtext is off for node names (a "$x$" name stays literal)."""
+    from lib.report.plots import energy_plot, save
+    fig = energy_plot(pd.DataFrame({"op_class": ["conv", "$x_1$"], "e_compute_j": [1e-3, 1e-6], "e_mem_j": [1e-4, 1e-5],
+                                    "e_power_j": [2e-3, 1e-4]}), "t", "20 W")
+    ax = fig.axes[0]
+    save(fig, tmp_path, "e", ("png",))
+    ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert ticks and not [t for t in ticks if "$" in t or "mathdefault" in t]
+    assert {float(t.replace("\u2212", "-")) for t in ticks} >= {1e-3, 1e-2}     # mJ: the decades the bars span
+    assert "$x_1$" in [t.get_text() for t in ax.get_yticklabels()]
+
+
+def test_energy_row_index_staleness_and_bad_index(built, tmp_path):
+    """The energy section's power x time is 05's whole-inference figure (P x the session), not the sum over nodes;
+    the index lists a folder whose artifacts changed since its report as pending, not with the old figures; an
+    --index in a folder that does not exist and an energy.csv without its columns are refused in one line."""
+    model, rdir = built
+    meta = json.loads((rdir / "energy_meta.json").read_text())
+    whole = meta["energy_per_inference"]["power x time"]
+    html = (rdir / "report.html").read_text()
+    assert f"<td>power x time</td><td>{whole['energy_j'] * 1e3:.3g} mJ</td>" in html
+    assert "01&#39;s median session latency" in html
+    copy = tmp_path / "results" / "cnn"
+    shutil.copytree(rdir, copy)
+    from lib.report.page import build_index
+    page, n = build_index(copy.parent)
+    assert n == 1 and 'href="cnn/report.html"' in page
+    em = json.loads((copy / "energy_meta.json").read_text())
+    (copy / "energy_meta.json").write_text(json.dumps({**em, "run_id": "another run"}))    # 05 ran again since
+    page, n = build_index(copy.parent)
+    assert n == 0 and "cnn (its artifacts changed since its report: re-run 11_report.py)" in page
+    assert_clean_error(run_stage("11_report.py", "--results", rdir, "--index", tmp_path / "nowhere" / "i.html"),
+                       "--index", "existing folder")
+    (copy / "energy_meta.json").write_text(json.dumps(em))
+    pd.read_csv(copy / "energy.csv")[["node", "op_type"]].to_csv(copy / "energy.csv", index=False)
+    assert_clean_error(run_stage("11_report.py", "--results", copy, "--no-index"), "energy.csv lacks columns",
+                       "05_energy_estimate.py")

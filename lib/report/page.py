@@ -68,10 +68,13 @@ class Artifacts:
     def csv(self, name: str, columns: tuple[str, ...] = ()) -> pd.DataFrame | None:
         if name not in self._csv:
             exists = (self.rdir / name).exists()
-            self._csv[name] = read_csv(self.rdir, name, columns) if exists else None
+            self._csv[name] = read_csv(self.rdir, name) if exists else None
             if exists:
                 self.read.append(name)
-        return self._csv[name]
+        df = self._csv[name]
+        if df is not None and (missing := [c for c in columns if c not in df.columns]):   # checked at every use
+            raise StageError(f"{self.rdir / name} lacks columns {missing}: re-run {PRODUCER.get(name, 'its stage')}")
+        return df
 
     def missing(self, name: str) -> str:
         return f"{name} is missing: run {PRODUCER.get(name, 'its stage')} (make all runs every stage)"
@@ -373,7 +376,8 @@ def power_label(meta: dict) -> str:
 def energy_section(art: Artifacts) -> dict:
     import plotly.graph_objects as go
 
-    energy, meta, merge = art.csv("energy.csv"), art.meta("energy_meta.json"), art.meta("merge_meta.json")
+    energy = art.csv("energy.csv", ("op_class", "e_compute_j", "e_mem_j", "e_power_j", "e_total_j"))
+    meta, merge = art.meta("energy_meta.json"), art.meta("merge_meta.json")
     if energy is None or meta is None:
         return {"ok": False, "missing": art.missing("energy.csv")}
     by = energy.groupby("op_class")[["e_compute_j", "e_mem_j", "e_power_j"]].sum(min_count=1)
@@ -396,9 +400,10 @@ def energy_section(art: Artifacts) -> dict:
     counter = (meta.get("energy_per_inference") or {}).get("counter")
     if counter:
         rows.append(["counter", mj(counter["energy_j"]), "measured, whole inference only: " + counter["how"]])
-    rows += [["power x time", mj(energy["e_power_j"].sum()) if has_power else "n/a (no node time)",
-              f"E = P x time, P = {power}; time = the nodes' {time_src} time. Per node: P x the node's time, an "
-              f"attribution, never a measurement"],
+    whole = (meta.get("energy_per_inference") or {}).get("power x time")
+    rows += [["power x time", mj(whole["energy_j"]) if whole else "n/a (no time)",
+              f"E = P x time, P = {power}; {whole['how'] if whole else 'no time'}. Per node: P x the node's "
+              f"{time_src} time, an attribution, never a measurement"],
              ["component model", f"{mj(comp)} = compute {mj(energy['e_compute_j'].sum())} + data movement "
               f"{mj(energy['e_mem_j'].sum())}", f"E = FLOPs x e_flop(dtype) + bytes x e_byte; e_flop per FLOP: {flop}; "
               f"e_byte {e.get('e_byte_j', float('nan')) * 1e12:g} pJ/byte (estimates after Horowitz, ISSCC 2014, "
@@ -413,14 +418,19 @@ def energy_section(art: Artifacts) -> dict:
 # ---------------------------------------------------------------- offload
 
 def offload_section(art: Artifacts) -> dict:
-    kc, amd, meta = art.csv("kernel_candidates.csv"), art.csv("amdahl.csv"), art.meta("energy_meta.json")
+    kc = art.csv("kernel_candidates.csv", ("selected", "kernel", "ops", "pct_latency", "pct_energy", "ai_flop_per_byte",
+                                           "bound", "reason"))
+    amd = art.csv("amdahl.csv", ("scenario", "f_latency", "s_k_latency", "s_total_latency", "latency_before_us",
+                                 "latency_after_us", "f_energy", "s_k_energy", "s_total_energy"))
+    meta = art.meta("energy_meta.json")
     if kc is None or amd is None or meta is None:
         return {"ok": False, "missing": art.missing("kernel_candidates.csv")}
     crit = meta.get("offload", {}).get("criteria", {})
     k_rows = [["yes" if r.selected else "", r.kernel, r.ops, pct(r.pct_latency), pct(r.pct_energy),
                f"{r.ai_flop_per_byte:.3g}", r.bound, r.reason] for r in kc.itertuples()]
-    a_rows = [[r.scenario, f"{r.f_latency:.3f}", f"{r.s_k_latency:g}", f"{r.s_total_latency:.3f}x",
-               f"{ms(r.latency_before_us)} \u2192 {ms(r.latency_after_us)}", f"{r.f_energy:.3f}", f"{r.s_k_energy:g}",
+    sk = lambda v: "per kernel" if pd.isna(v) else f"{v:g}"     # noqa: E731 - several kernels: one S_k each
+    a_rows = [[r.scenario, f"{r.f_latency:.3f}", sk(r.s_k_latency), f"{r.s_total_latency:.3f}x",
+               f"{ms(r.latency_before_us)} \u2192 {ms(r.latency_after_us)}", f"{r.f_energy:.3f}", sk(r.s_k_energy),
                f"{r.s_total_energy:.3f}x"] for r in amd.itertuples()]
     return {"ok": True, "criteria": ", ".join(f"{k}: {v}" for k, v in crit.items()),
             "config": meta.get("offload_config", "configs/offload.yaml"),
@@ -539,7 +549,8 @@ def index_figures(art: Artifacts) -> dict:
             "energy_component_j": _num(energy["e_total_j"].sum()) if energy is not None else None,
             "energy_counter_j": ((art.meta("energy_meta.json") or {}).get("energy_per_inference") or {})
             .get("counter", {}).get("energy_j"),
-            "energy_power_model_j": _num(energy["e_power_j"].sum()) if energy is not None else None,
+            "energy_power_model_j": ((art.meta("energy_meta.json") or {}).get("energy_per_inference") or {})
+            .get("power x time", {}).get("energy_j"),
             "all_on_a_us": (summ or {}).get("all_on_a_us"), "all_on_b_us": (summ or {}).get("all_on_b_us"),
             "best_split": None if best is None else {k: best[k] for k in ("boundary", "after_node", "after_layer",
                                                                           "est_latency_us", "est_energy_j",
@@ -607,6 +618,17 @@ def _zoo_failed(d: Path) -> bool:
         return False
 
 
+def _report_stale(d: Path, report_meta: dict) -> bool:
+    """Whether a metas the report was made from has been re-made (or removed, or one it lacked has appeared)."""
+    for name, run_id in report_meta.get("upstream", {}).items():
+        try:
+            if json.loads((d / name).read_text()).get("run_id") != run_id:
+                return True
+        except (OSError, json.JSONDecodeError):
+            return True
+    return any((d / name).exists() for name in report_meta.get("absent", []))
+
+
 def build_index(root: Path) -> tuple[str, int]:
     """results/index.html: every analysed model under `root`, side by side, each linked to its report."""
     rows, links, advice, pending = [], [], [], []
@@ -616,9 +638,13 @@ def build_index(root: Path) -> tuple[str, int]:
             pending.append(f"{d.name} (failed in the zoo: its earlier report is not listed)")
         elif meta.exists():
             try:
-                f = json.loads(meta.read_text())["figures"]
+                rm = json.loads(meta.read_text())
+                f = rm["figures"]
             except (json.JSONDecodeError, KeyError):
                 pending.append(d.name)
+                continue
+            if _report_stale(d, rm):     # a stage re-ran there since (another input spec): its row would be old
+                pending.append(f"{d.name} (its artifacts changed since its report: re-run 11_report.py)")
                 continue
             rows.append(_index_row(d.name, f))
             links.append(f"{d.name}/report.html")

@@ -24,6 +24,7 @@ def save(fig, out_dir: Path, name: str, formats=("png", "svg")) -> list[Path]:
     # the figure's tight box (what bbox_inches="tight" crops to, legends below the axes included), measured once
     # for all its formats: "tight" measured it for every file, 40% of 06's time; the PNGs are the same pixels
     fig.set_dpi(DPI)        # text extents are measured at the dpi the files are written at
+    _plain_log_ticks(fig)
     box = fig.get_tightbbox(fig.canvas.get_renderer()).padded(matplotlib.rcParams["savefig.pad_inches"])
     out = []
     for ext in formats:
@@ -33,6 +34,18 @@ def save(fig, out_dir: Path, name: str, formats=("png", "svg")) -> list[Path]:
         out.append(path)
     plt.close(fig)
     return out
+
+
+def _plain_log_ticks(fig) -> None:
+    """Log axes labelled in plain text (1e-2, 100): their default labels are mathtext, which the rcParams above
+    turn off for node names, and were drawn as raw "$\\mathdefault{10^{-2}}$"."""
+    for ax in fig.axes:
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log":
+                axis.set_major_formatter(matplotlib.ticker.LogFormatter())
+                if not isinstance(axis.get_minor_formatter(), matplotlib.ticker.NullFormatter):
+                    axis.set_minor_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False,
+                                                                            minor_thresholds=(2, 0.4)))
 
 
 def _colors(keys):
