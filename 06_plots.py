@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Stage 06: plots into results/<stem>/plots/ (PNG and SVG): roofline scatter, energy breakdown,
-critical-path Gantt chart, measured vs roofline time by op class, and, when stage 07 ran, the split plots
+"""Stage 06: plots into results/<stem>/plots/ (PNG and SVG; the split plots also PDF): roofline scatter, energy
+breakdown, critical-path Gantt chart, measured vs roofline time by op class, and, when stage 07 ran, the split plots
 (Comm(b) with the top-k marked, FLOPs and device-time balance, Pareto fronts, estimated two-device latency
 against the all-on-A / all-on-B baselines), and when stage
 09 ran, latency and utilization per hardware profile (fx_hardware)."""
@@ -38,7 +38,9 @@ def main(argv=None):
         written += save(latency_by_class_plot(prof, title), out, "latency_by_class")
     if (rdir / "fx_hardware.csv").exists():
         hw = read_csv(rdir, "fx_hardware.csv", ("hardware", "point", "batch", "latency_us", "utilization"))
-        written += save(hardware_plot(hw, title), out, "fx_hardware")
+        fx = read_json(rdir, "fx_summary.json")     # 09's own model and input, not necessarily the ONNX chain's
+        fx_title = f"{fx.get('model', title)}, input {'x'.join(map(str, fx.get('input_shape', [])))} (stage 09)"
+        written += save(hardware_plot(hw, fx_title), out, "fx_hardware")
     if splits:
         bd = read_csv(rdir, "boundaries.csv", ("boundary", "comm_bytes", "flops_left", "flops_right", "pruned", "rank"))
         pareto = read_csv(rdir, "pareto_export.csv", ("front", "boundary"))

@@ -14,26 +14,7 @@ import pandas as pd
 from lib import cli
 from lib.artifacts import CONFIGS, REPO, versions, write_csv, write_json
 from lib.errors import StageError
-from lib.fx.partition import analyze, compare_row, parse_shape
-from lib.units import fmt_bytes, fmt_count
-
-
-def report(res: dict) -> None:
-    s, hw = res["summary"], res["hardware"]
-    print(f"{s['model']} ({s['trace']}), input {'x'.join(map(str, s['input_shape']))}: "
-          f"{fmt_count(s['macs_conv_linear_matmul'])}MAC conv/linear/matmul, {fmt_count(s['flops'])}FLOP in all")
-    print(f"  fusion: {s['ops_before_fusion']} ops -> {s['subgraphs_after_fusion']} subgraphs; memory traffic "
-          f"{fmt_bytes(s['bytes_before_fusion'])} -> {fmt_bytes(s['bytes_after_fusion'])} "
-          f"({100 * (1 - s['bytes_after_fusion'] / s['bytes_before_fusion']):.1f}% saved)")
-    print(f"  concurrency: {s['stages']} stages, max {s['max_parallel_ops']} ops in parallel; critical path "
-          f"{s['critical_path_ops']} of {s['ops']} ops, {fmt_count(s['critical_path_flops'])}FLOP, "
-          f"{s['critical_path_time_us'] / 1e3:.2f} ms on the host model")
-    print(f"  arithmetic intensity {s['arithmetic_intensity']:.1f} FLOP/B; host bottlenecks "
-          + ", ".join(f"{k} {100 * v:.0f}%" for k, v in s["bottleneck_mix_host"].items()))
-    print(f"  {'hardware':<18} {'point':<10} {'batch':>5} {'latency ms':>10} {'inf/s':>9} {'mJ/inf':>8} {'util':>6}")
-    for r in hw.itertuples():
-        print(f"  {r.hardware:<18} {r.point:<10} {r.batch:>5} {r.latency_us / 1e3:>10.3f} {r.throughput_per_s:>9.0f} "
-              f"{r.energy_per_inference_j * 1e3:>8.3f} {r.utilization:>6.2f}")
+from lib.fx.partition import analyze, compare_row, parse_shape, print_report
 
 
 def compare(a, shape) -> None:
@@ -41,7 +22,7 @@ def compare(a, shape) -> None:
     for name in a.compare:      # a model that cannot be analysed is said, by name, and left out of the table
         print(f"analysing {name} ...", file=sys.stderr, flush=True)
         try:
-            rows.append(compare_row(name, analyze(name, shape, a.max_fuse, a.hardware_dir)))
+            rows.append(compare_row(name, analyze(name, shape, a.max_fuse, a.hardware_dir, a.batch_dim)))
         except StageError as e:
             print(f"warning: {name} left out of the comparison: {e}", file=sys.stderr, flush=True)
     if not rows:
@@ -58,7 +39,10 @@ def main(argv=None):
     p = cli.parser(__doc__, model="none")
     p.add_argument("--model", help="torchvision model name (e.g. resnet18) or pkg.module:factory")
     p.add_argument("--input-shape", default="1x3x224x224", help="example input shape (default: %(default)s)")
-    p.add_argument("--batch", type=int, help="batch size (replaces the first dim of --input-shape)")
+    p.add_argument("--batch", type=int, help="batch size (replaces the --batch-dim dim of --input-shape)")
+    p.add_argument("--batch-dim", default="0", metavar="DIM", help="the dim of --input-shape that counts samples: the "
+                   "hardware table is per sample (default: %(default)s; 1 for a sequence-first LSTM, Transformer or "
+                   "MultiheadAttention input, none for one unbatched sequence)")
     p.add_argument("--max-fuse", type=int, default=8, help="resource limit: most ops in one fused subgraph (default 8)")
     p.add_argument("--hardware-dir", default=str(CONFIGS / "hardware"), help="hardware profiles (default: %(default)s)")
     p.add_argument("--compare", nargs="+", metavar="MODEL", help="analyse several models and print them side by side")
@@ -67,20 +51,26 @@ def main(argv=None):
     for flag, v in (("--batch", a.batch), ("--max-fuse", a.max_fuse)):
         if v is not None and v < 1:
             raise StageError(f"{flag} must be >= 1")
+    a.batch_dim = None if a.batch_dim == "none" else int(a.batch_dim) if a.batch_dim.isdigit() else -1
+    if a.batch_dim is not None and not 0 <= a.batch_dim < len(shape) or a.batch is not None and a.batch_dim is None:
+        p.error(f"--batch-dim must be a dim of --input-shape {a.input_shape} (0-{len(shape) - 1}) or none, and not "
+                f"none with --batch")
     if a.batch is not None:
-        shape[0] = a.batch
+        shape[a.batch_dim] = a.batch
+    if a.compare and a.model:
+        p.error("give --model or --compare, not both")
     if a.compare:
         return compare(a, shape)
     if not a.model:
         p.error("--model is required (or --compare MODEL ...)")
-    res = analyze(a.model, shape, a.max_fuse, a.hardware_dir)
+    res = analyze(a.model, shape, a.max_fuse, a.hardware_dir, a.batch_dim)
     rdir = Path(a.results) if a.results else REPO / "results" / a.model.replace(":", "_").replace("/", "_")
     write_csv(res["nodes"], rdir / "fx_nodes.csv")
     write_csv(res["subgraphs"], rdir / "fx_subgraphs.csv")
     write_csv(res["hardware"], rdir / "fx_hardware.csv")
     write_json({**res["summary"], "hardware_sources": {k: p["sources"] for k, p in res["profiles"].items()},
                 "versions": versions()}, rdir / "fx_summary.json")
-    report(res)
+    print_report(res)
     print(f"wrote {rdir}/fx_nodes.csv, fx_subgraphs.csv, fx_hardware.csv, fx_summary.json")
     return 0
 

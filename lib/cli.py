@@ -44,9 +44,10 @@ def parse(p: Parser, argv=None) -> argparse.Namespace:
         if a.model and not Path(a.model).exists():     # before "run 02 first": the model is what is missing
             raise StageError(f"model {a.model} not found")
         a.rdir = results_dir(a.model, a.results) if a.model or a.results else None
-        bad = next((d for d in (a.rdir, *a.rdir.parents) if d.exists() and not d.is_dir()), None) if a.rdir else None
-        if bad is not None:     # (01 profiled for minutes before it failed to write there)
-            raise StageError(f"results folder {a.rdir}: {bad} is a file, not a folder")
+    folder = a.rdir if a._model_mode != "none" else Path(a.results) if a.results else None
+    bad = next((d for d in (folder, *folder.parents) if d.exists() and not d.is_dir()), None) if folder else None
+    if bad is not None:         # (01 profiled for minutes before it failed to write there)
+        raise StageError(f"results folder {folder}: {bad} is a file, not a folder")
     return a
 
 

@@ -116,6 +116,30 @@ def recurrent():
     return Recurrent()
 
 
+class OneRnn(nn.Module):
+    """One recurrent module's output sequence (FlopCounterMode sees a GRU's and an RNN's matmuls on the CPU, and
+    an LSTM's with proj_size, not a plain LSTM's)."""
+
+    def __init__(self, rnn):
+        super().__init__()
+        self.rnn = rnn
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+def gru():
+    return OneRnn(nn.GRU(8, 16, batch_first=True))
+
+
+def lstm_proj():
+    return OneRnn(nn.LSTM(8, 16, batch_first=True, proj_size=4))
+
+
+def lstm_seq_first():
+    return OneRnn(nn.LSTM(8, 16))
+
+
 def encoder():
     return Encoder()
 
@@ -207,3 +231,22 @@ class Edges(nn.Module):
 
 def edges():
     return Edges()
+
+
+class FunctionalNorms(nn.Module):
+    """timm-style norms: a conv, F.batch_norm on its buffers, ReLU; then F.layer_norm over the channels."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1, bias=False)
+        self.register_buffer("mean", torch.zeros(4))
+        self.register_buffer("var", torch.ones(4))
+        self.w, self.b = nn.Parameter(torch.ones(4)), nn.Parameter(torch.zeros(4))
+
+    def forward(self, x):
+        y = torch.relu(F.batch_norm(self.conv(x), self.mean, self.var, self.w, self.b))
+        return F.layer_norm(y.permute(0, 2, 3, 1), (4,), self.w, self.b)
+
+
+def functional_norms():
+    return FunctionalNorms()

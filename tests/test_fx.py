@@ -4,7 +4,7 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import run_stage
+from conftest import REPO, run_stage
 from lib.fx.hardware import load_profiles, map_subgraphs
 from lib.fx.partition import analyze
 
@@ -81,6 +81,7 @@ def test_stage_script_outputs_and_bad_input(tmp_path):
         assert (tmp_path / f).exists()
     summary = json.loads((tmp_path / "fx_summary.json").read_text())
     assert all(summary["hardware_sources"].values())                      # every profile cites its sources
+    assert "cost unknown" not in r.stdout and "each op its own kernel" in r.stdout     # the critical path's basis
     r = run_stage("09_fx_partition.py", "--model", "tests.fx_models:with_gate", "--input-shape", "1x3x8x8",
                   "--results", tmp_path / "g")
     assert r.returncode == 0 and "leaf" in (r.stdout + r.stderr)           # fallback, and it says so
@@ -112,14 +113,35 @@ def test_macs_that_the_counter_sees_in_any_class_and_recurrent_nets():
         res["nodes"][res["nodes"]["op_class"] == "recurrent"].iloc[0]
     layer1, layer2 = 2 * 5 * 2 * 4 * 16 * (8 + 16), 2 * 5 * 2 * 4 * 16 * (32 + 16)    # dirs x steps x batch x gates
     assert lstm["macs"] == layer1 + layer2 and lstm["cost_known"]                      # was 0, marked known
+    # hand counts (steps x batch x (gates x hidden x (input + its recurrent width) + the projection)): a GRU's
+    # matmuls, which the counter sees, were counted twice (the formula on top); proj_size and one unbatched
+    # sequence (5 x 8: its cost was unknown, printed as 0 MAC) were not counted
+    for name, shape, hand in (("gru", [2, 5, 8], 5 * 2 * 3 * 16 * (8 + 16)),
+                              ("lstm_proj", [2, 5, 8], 5 * 2 * (4 * 16 * (8 + 4) + 16 * 4)),
+                              ("lstm_seq_first", [5, 8], 5 * 4 * 16 * (8 + 16))):
+        assert analyze(f"tests.fx_models:{name}", shape)["summary"]["macs_conv_linear_matmul"] == hand, name
     one, four = (analyze("tests.fx_models:fork_join", [b, 3, 8, 8])["hardware"].set_index(["hardware", "point"])
                  for b in (1, 4))
     assert four.loc[("desktop_i7_12700k", "batch1"), "latency_us"] == pytest.approx(
         one.loc[("desktop_i7_12700k", "batch1"), "latency_us"], rel=1e-9)      # per sample, whatever the batch
+    # a sequence-first input (T, N, F): its batch is dim 1 (dim 0 made a 5-step sequence 1/5 of its work)
+    one, four = (analyze("tests.fx_models:lstm_seq_first", [5, b, 8], batch_dim=1)["hardware"]
+                 .set_index(["hardware", "point"]) for b in (1, 4))
+    for key in (("desktop_i7_12700k", "batch1"), ("h100_sxm5", "batch1")):
+        assert four.loc[key, "energy_per_inference_j"] == pytest.approx(one.loc[key, "energy_per_inference_j"], rel=1e-9)
+    unbatched = analyze("tests.fx_models:lstm_seq_first", [5, 8], batch_dim=None)["hardware"].set_index(["hardware", "point"])
+    assert unbatched.loc[("h100_sxm5", "batch1"), "energy_per_inference_j"] == pytest.approx(
+        one.loc[("h100_sxm5", "batch1"), "energy_per_inference_j"], rel=1e-9)
 
 
 def test_bad_factories_and_empty_models_in_one_line(tmp_path):
-    for args, needle in ((["--model", "tests.fx_models:raises"], "tests.fx_models:raises() failed: ValueError"),
+    (tmp_path / "file").write_text("")          # refused before the analysis (it ran, then a traceback)
+    r = run_stage("09_fx_partition.py", "--model", "tests.fx_models:fork_join", "--results", tmp_path / "file" / "x")
+    assert r.returncode == 2 and "is a file, not a folder" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    for args, needle in ((["--model", "resnet18", "--compare", "tests.fx_models:fork_join"], "not both"),
+                         (["--model", "tests.fx_models:fork_join", "--batch-dim", "4"], "--batch-dim must be a dim"),
+                         (["--model", "tests.fx_models:fork_join", "--batch-dim", "none", "--batch", "2"], "--batch-dim"),
+                         (["--model", "tests.fx_models:raises"], "tests.fx_models:raises() failed: ValueError"),
                          (["--model", "tests.fx_models:nothing", "--input-shape", "1x8"], "computes nothing"),
                          (["--model", "vit_b_16", "--input-shape", "1x3x64x64"], "does not run on one float32 tensor of shape")):
         r = run_stage("09_fx_partition.py", *args, "--results", tmp_path / "x")
@@ -158,8 +180,13 @@ def test_objects_held_outputs_in_place_ops_returned_tensors_and_picks():
     assert n.loc["mul_", ["flops", "cost_known"]].tolist() == [72, True]
     assert "mul_" in n.loc["relu", "inputs"].split(";") and n.loc["relu", "stage"] > n.loc["mul_", "stage"]
     assert n.loc["avg_pool2d", "flops"] == 2 * 3 * 3 * 4
-    picks = ["getitem", "getitem_1", "getitem_2", "getitem_3"]     # each reads and writes its 18 floats
-    assert (n.loc[picks, "in_bytes"] == 18 * 4).all() and (sg.set_index("nodes").loc[picks, "bytes_after"] == 2 * 72).all()
+    picks = ["getitem", "getitem_1", "getitem_2", "getitem_3"]     # each reads its 18 floats (not the whole x)
+    assert (n.loc[picks, "in_bytes"] == 18 * 4).all() and n.loc[picks, "view"].all()
+    # views of x: no kernel runs them (their readers read the 72 bytes), nothing moved, no launch charged
+    by = sg.set_index("nodes").loc[picks]
+    assert (by["bytes_after"] == 0).all() and not by["kernel"].any()
+    m = map_subgraphs(sg, res["profiles"]["host"]).set_index("subgraph")
+    assert (m.loc[by["subgraph"], "latency_us"] == 0).all() and (m["latency_us"] > 0).sum() == (sg["kernel"]).sum()
 
 
 def test_max_fuse_and_module_paths_that_do_not_import_are_one_line(tmp_path):
@@ -179,3 +206,25 @@ def test_a_subgraph_whose_outputs_were_not_seen_runs_at_the_peak():
     peak = float(prof["peak_flops_per_s"][prof.get("run_precision", "fp32")])
     assert m["utilization"].iat[0] == 1.0
     assert m["latency_us"].iat[0] == pytest.approx(2e6 / peak * 1e6 + float(prof.get("kernel_overhead_us", 0.0)))
+
+
+def test_host_figures_from_another_profile_are_said(tmp_path, capsys):
+    """--hardware-dir without host.yaml: the host figures (critical path, node times) are another device's: said
+    and recorded (they read 0.26 ms for the host's 15.2, silently)."""
+    import shutil
+    shutil.copy(REPO / "configs" / "hardware" / "h100_sxm5.yaml", tmp_path / "h100_sxm5.yaml")
+    s = analyze("tests.fx_models:fork_join", SHAPE, hardware_dir=tmp_path)["summary"]
+    assert s["host_profile"] == "h100_sxm5" and "no host.yaml among the hardware profiles" in capsys.readouterr().err
+    assert analyze("tests.fx_models:fork_join", SHAPE)["summary"]["host_profile"] == "host"
+
+
+def test_functional_norms_are_costed_and_fused_like_their_modules():
+    """F.batch_norm / F.layer_norm (timm's norm layers, torchvision's LayerNorm2d): the registry's per-element
+    FLOPs and the conv's epilogue (they were unknown: EfficientNet-B0 from timm read 173 subgraphs, 124 from
+    torchvision)."""
+    from lib.onnx.ops import REGISTRY
+    n = analyze("tests.fx_models:functional_norms", SHAPE)["nodes"].set_index("kind")
+    out = 4 * 8 * 8
+    assert n.loc["batch_norm", "flops"] == REGISTRY["BatchNormalization"].per_element * out
+    assert n.loc["layer_norm", "flops"] == REGISTRY["LayerNormalization"].per_element * out
+    assert n["cost_known"].all() and n.loc["batch_norm", "subgraph"] == n.loc["Conv2d", "subgraph"] == n.loc["relu", "subgraph"]

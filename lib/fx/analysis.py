@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
+import sys
 import warnings
 from collections.abc import Mapping
 
@@ -21,6 +23,10 @@ from lib.onnx.ops import RECURRENT, REGISTRY
 FX_TO_ONNX = {
     "BatchNorm1d": "BatchNormalization", "BatchNorm2d": "BatchNormalization", "BatchNorm3d": "BatchNormalization",
     "LayerNorm": "LayerNormalization", "GroupNorm": "GroupNormalization", "InstanceNorm2d": "InstanceNormalization",
+    "InstanceNorm1d": "InstanceNormalization", "InstanceNorm3d": "InstanceNormalization", "RMSNorm": "RMSNormalization",
+    # the functional forms timm's norm layers and torchvision's LayerNorm2d trace into (unknown cost, never fused)
+    "batch_norm": "BatchNormalization", "layer_norm": "LayerNormalization", "group_norm": "GroupNormalization",
+    "instance_norm": "InstanceNormalization", "rms_norm": "RMSNormalization", "unbind": "Split",
     "ReLU": "Relu", "relu": "Relu", "ReLU6": "Clip", "relu6": "Clip", "Hardtanh": "Clip", "hardtanh": "Clip",
     "SiLU": "Swish", "silu": "Swish", "Sigmoid": "Sigmoid", "sigmoid": "Sigmoid", "Hardsigmoid": "HardSigmoid",
     "hardsigmoid": "HardSigmoid", "Hardswish": "HardSwish", "hardswish": "HardSwish", "GELU": "Gelu", "gelu": "Gelu",
@@ -42,7 +48,8 @@ FX_TO_ONNX = {
 }
 MAC_KINDS = {"Linear": "gemm", "linear": "gemm", "MultiheadAttention": "attention", "scaled_dot_product_attention":
              "attention", "matmul": "matmul", "bmm": "matmul", "mm": "matmul", "einsum": "matmul", "baddbmm": "matmul",
-             "addmm": "matmul"}
+             "addmm": "matmul", "conv1d": "conv", "conv2d": "conv", "conv3d": "conv", "conv_transpose1d": "conv",
+             "conv_transpose2d": "conv", "conv_transpose3d": "conv"}     # F.conv* (a conv subclass outside torch.nn)
 MAC_CLASSES = {"conv", "conv_depthwise", "conv_grouped", "gemm", "matmul", "attention", "recurrent"}
 
 
@@ -51,6 +58,8 @@ def load_torch_model(spec: str):
     import torch
     if ":" in spec:
         mod, _, fn = spec.partition(":")
+        if os.getcwd() not in sys.path:     # a module of the folder 09 runs in (run by path, sys.path has the repo's)
+            sys.path.append(os.getcwd())
         try:
             factory = getattr(importlib.import_module(mod), fn)
         except Exception as e:  # noqa: BLE001 - the user's module may raise anything on import (a SyntaxError)
@@ -61,11 +70,15 @@ def load_torch_model(spec: str):
             raise StageError(f"{spec}() failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
     else:
         import torchvision
-        names = torchvision.models.list_models(module=torchvision.models)
+        names = torchvision.models.list_models()      # classification, segmentation, detection, video, flow
         if spec not in names:
             raise StageError(f"unknown model '{spec}': give a torchvision model name (e.g. resnet18) or pkg.module:factory")
         torch.manual_seed(0)
-        model = torchvision.models.get_model(spec, weights=None)
+        import inspect
+        # random weights throughout: a segmentation or detection builder would download its backbone's otherwise
+        kw = {"weights_backbone": None} if "weights_backbone" in inspect.signature(
+            torchvision.models.get_model_builder(spec)).parameters else {}
+        model = torchvision.models.get_model(spec, weights=None, **kw)
     if not isinstance(model, torch.nn.Module):
         raise StageError(f"{spec} did not return a torch.nn.Module")
     return model.eval()
@@ -77,7 +90,7 @@ def trace(model):
     try:
         return torch.fx.symbolic_trace(model), "symbolic_trace"
     except Exception as e:  # noqa: BLE001 - fx raises many types for untraceable Python
-        first = " ".join(str(e).split())[:200]
+        first = _reason(e)
 
     class LeafCustom(torch.fx.Tracer):
         def is_leaf_module(self, m, qualname):
@@ -88,8 +101,15 @@ def trace(model):
         warnings.warn(f"symbolic tracing failed ({first}); traced again with custom submodules as leaves")
         return torch.fx.GraphModule(model, graph), "leaf-custom-modules"
     except Exception as e:  # noqa: BLE001
-        raise StageError(f"torch.fx cannot trace this model ({first}); the fallback failed too: "
-                         f"{' '.join(str(e).split())[:200]}") from None
+        again = _reason(e)
+        raise StageError(f"torch.fx cannot trace this model ({first})" + (
+            "" if again == first else f"; with custom submodules as leaves: {again}")) from None
+
+
+def _reason(e: Exception) -> str:
+    """An FX error's first sentence: its text runs on for hundreds of characters (cut mid-word at 200)."""
+    text = " ".join(str(e).split())
+    return text if len(text) <= 200 else text[:text.rfind(". ", 0, 200) + 1 or 200]
 
 
 def _kind(node, modules) -> str:
@@ -117,19 +137,25 @@ def _tensors(value, depth: int = 0):
 
 
 def rnn_flops(module, x_shape: list[int]) -> tuple[float, float] | None:
-    """(FLOPs, MACs) of an nn.LSTM / GRU / RNN on an input of x_shape, as stage 02 counts the ONNX op (per layer
-    and direction and step: gates x hidden x (input + hidden) MACs, plus the gate arithmetic): FlopCounterMode
-    counts none of it on the CPU (an LSTM read 0 FLOPs, marked known)."""
+    """(FLOPs, MACs) of an nn.LSTM / GRU / RNN on an input of x_shape (a batch of sequences, or one unbatched
+    sequence), as stage 02 counts the ONNX op (per layer and direction and step: gates x hidden x (input + hidden)
+    MACs, plus the gate arithmetic; an LSTM's proj_size p: its recurrence reads p values and h x p more MACs
+    project each step's output). FlopCounterMode sees some of it on the CPU (a GRU's and RNN's matmuls), not all
+    (an LSTM read 0 FLOPs): _node_cost puts this formula in place of what it saw."""
     kind = type(module).__name__
-    if kind not in ("LSTM", "GRU", "RNN") or len(x_shape) != 3:
+    if kind not in ("LSTM", "GRU", "RNN") or len(x_shape) not in (2, 3):
         return None
     gates, gate_flops = RECURRENT[kind]
-    steps, batch = (x_shape[1], x_shape[0]) if module.batch_first else (x_shape[0], x_shape[1])
+    if len(x_shape) == 2:
+        steps, batch = x_shape[0], 1
+    else:
+        steps, batch = (x_shape[1], x_shape[0]) if module.batch_first else (x_shape[0], x_shape[1])
     dirs, h = 2 if module.bidirectional else 1, module.hidden_size
+    p = getattr(module, "proj_size", 0) or h                   # the width of each step's output (h_t)
     macs = flops = 0.0
     for layer in range(module.num_layers):
-        width = module.input_size if layer == 0 else h * dirs
-        m = dirs * steps * batch * gates * h * (width + h)
+        width = module.input_size if layer == 0 else p * dirs
+        m = dirs * steps * batch * (gates * h * (width + p) + (h * p if p != h else 0))
         macs += m
         flops += 2.0 * m + dirs * steps * batch * h * gate_flops
     return flops, macs
@@ -149,6 +175,13 @@ def onnx_op(kind: str) -> str | None:
 
 
 IN_PLACE_FUNCTIONS = {"iadd", "isub", "imul", "itruediv"}      # x += y in a forward
+
+
+def _view(outs: list, ins: list) -> bool:
+    """Every output shares storage with an input (a reshape, permute, unbind and its getitem, nn.Identity): no
+    kernel runs (in timm's vit_tiny such nodes were 72 of 185 subgraphs, each charged a launch and a DRAM trip)."""
+    ptrs = {t.untyped_storage().data_ptr() for t in ins if t.numel()}
+    return bool(outs) and all(o.numel() == 0 or o.untyped_storage().data_ptr() in ptrs for o in outs)
 
 
 def mutates(n, kind: str, module) -> bool:
@@ -202,10 +235,11 @@ def _node_cost(n, kind: str, cls: str, module, counted: float, rnns: list, acts:
     sees none of them), unknown for another MAC op it saw nothing of, else the registry's per-element counts."""
     if n.op == "get_attr":
         return 0.0, 0.0, True, "weight"
-    if rnns:        # the node is an nn.LSTM, or a custom leaf module holding one (its LSTM counted 0, marked known)
-        if any(r is None for r in rnns):
+    if rnns:        # the node is an nn.LSTM, or a custom leaf module holding one: the formula, for what the counter saw
+        if any(r is None for r, _ in rnns):
             return float("nan"), float("nan"), False, cls
-        return counted + sum(r[0] for r in rnns), counted / 2 + sum(r[1] for r in rnns), True, cls
+        rest = counted - sum(seen for _, seen in rnns)          # the counter's FLOPs outside the recurrent modules
+        return rest + sum(r[0] for r, _ in rnns), rest / 2 + sum(r[1] for r, _ in rnns), True, cls
     if counted:
         return float(counted), float(counted) / 2, True, cls
     if not outs:
@@ -216,15 +250,21 @@ def _node_cost(n, kind: str, cls: str, module, counted: float, rnns: list, acts:
     return flops, 0.0 if known else float("nan"), known, cls
 
 
-def _rnn_hooks(module, found: list) -> list:
-    """Forward hooks on every nn.LSTM / GRU / RNN in module (itself included) that append rnn_flops() of each run."""
+def _rnn_hooks(module, found: list, seen) -> list:
+    """Hooks on every nn.LSTM / GRU / RNN in module (itself included) that append (rnn_flops() of each run, the
+    FLOPs the counter saw during it: seen() is its running total; a GRU's matmuls were counted twice)."""
     import torch
 
-    def hook(m, inp, out):
+    start: list[float] = []
+
+    def pre(m, inp):
+        start.append(seen())
+
+    def post(m, inp, out):
         x = inp[0] if inp else None
-        found.append(rnn_flops(m, list(x.shape)) if isinstance(x, torch.Tensor) else None)
-    return [] if module is None else [m.register_forward_hook(hook) for m in module.modules()
-                                      if isinstance(m, torch.nn.RNNBase)]
+        found.append((rnn_flops(m, list(x.shape)) if isinstance(x, torch.Tensor) else None, seen() - start.pop()))
+    mods = [] if module is None else [m for m in module.modules() if isinstance(m, torch.nn.RNNBase)]
+    return [h for m in mods for h in (m.register_forward_pre_hook(pre), m.register_forward_hook(post))]
 
 
 class _Order:
@@ -269,9 +309,10 @@ def characterize(gm, example) -> pd.DataFrame:
         def run_node(self, n):
             module = modules.get(n.target) if n.op == "call_module" else None
             rnns: list = []
-            hooks = _rnn_hooks(module, rnns)
+            fc = FlopCounterMode(display=False)
+            hooks = _rnn_hooks(module, rnns, fc.get_total_flops)
             try:
-                with FlopCounterMode(display=False) as fc:
+                with fc:
                     out = super().run_node(n)
             finally:
                 for h in hooks:
@@ -293,7 +334,8 @@ def characterize(gm, example) -> pd.DataFrame:
                 "cost_known": known, "in_bytes": _nbytes(outs if op is not None and op.pick else acts),
                 "out_bytes": _nbytes(outs), "weight_bytes": _nbytes(weights),
                 **_shape_row(outs, sum(t.numel() for t in outs)), "depthwise": cls == "conv_depthwise",
-                "inputs": ";".join(order.inputs(n, mutates(n, kind, module))), "users": len(n.users),
+                "inputs": ";".join(order.inputs(n, writes := mutates(n, kind, module))), "users": len(n.users),
+                "view": not writes and _view(outs, ins),
                 "returned": any(u.op == "output" for u in n.users),
             })
             return out

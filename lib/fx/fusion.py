@@ -73,14 +73,16 @@ def fuse(nodes: pd.DataFrame, max_ops: int = 8) -> tuple[pd.DataFrame, np.ndarra
         # add+LayerNorm's x), a pick (x.chunk(4)[i]) only its part of a producer's output
         ext_in = sum(max(0.0, nodes["in_bytes"].iat[m] - sum(nodes["out_bytes"].iat[p] for p in preds[m] if p in inside))
                      for m in mem)
-        before = float((sub["in_bytes"] + sub["out_bytes"] + sub["weight_bytes"]).sum())
-        after = float(ext_in + sub["out_bytes"].iat[-1] + sub["weight_bytes"].sum())
+        kernel = not sub["view"].all() if "view" in sub else True      # views alone: no kernel, nothing moved
+        before = float((sub["in_bytes"] + sub["out_bytes"] + sub["weight_bytes"]).sum()) if kernel else 0.0
+        after = float(ext_in + sub["out_bytes"].iat[-1] + sub["weight_bytes"].sum()) if kernel else 0.0
         rows.append({"subgraph": gid, "pattern": pattern(list(sub["kind"]), list(sub["op_class"])), "ops": len(mem),
                      "nodes": ";".join(sub["node"]), "anchor_class": sub["op_class"].iat[0],
                      "flops": float(sub["flops"].sum()), "macs": float(sub["macs"].sum()),
                      "weight_bytes": float(sub["weight_bytes"].sum()), "bytes_before": before, "bytes_after": after,
                      "bytes_saved": before - after, "internal_bytes": float(internal),
-                     "threads": int(sub["threads"].max()), "depthwise": bool(sub["depthwise"].any())})
+                     "threads": int(sub["threads"].max()), "depthwise": bool(sub["depthwise"].any()),
+                     "kernel": kernel})
     sg = pd.DataFrame(rows)
     nb = sg["bytes_after"]
     sg["ai_flop_per_byte"] = sg["flops"] / nb.where(nb > 0)

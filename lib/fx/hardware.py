@@ -78,7 +78,8 @@ def map_subgraphs(sg: pd.DataFrame, prof: dict, batch: int = 1) -> pd.DataFrame:
     act = (sg["bytes_after"] - sg["weight_bytes"]).to_numpy(float) * batch
     nbytes = act + sg["weight_bytes"].to_numpy(float)
     t_compute, t_mem = device_terms(flops, nbytes, peak, bw, e=util)
-    lat = with_overhead(t_compute, t_mem, float(prof.get("kernel_overhead_us", 0.0)) * 1e-6)   # the roofline, in s
+    launch = float(prof.get("kernel_overhead_us", 0.0)) * 1e-6 * (sg["kernel"].to_numpy(float) if "kernel" in sg else 1.0)
+    lat = with_overhead(t_compute, t_mem, launch)      # the roofline, in s; a view launches nothing
     e = prof["energy"]
     e_c, e_m = flops * float(e["e_flop_j"][prec]), nbytes * float(e["e_byte_j"])
     e_s = float(prof["static_power_w"]) * lat
