@@ -616,6 +616,9 @@ def test_energy_row_index_staleness_and_bad_index(built, tmp_path):
     html = (rdir / "report.html").read_text()
     assert f"<td>power x time</td><td>{whole['energy_j'] * 1e3:.3g} mJ</td>" in html
     assert "01&#39;s median session latency" in html
+    # the what-if offers 01's measured times only for the device that is the profiled host (B, an NPU, got the CPU's)
+    select = {k: html.split(f'id="wi-{k}-source">', 1)[1].split("</select>", 1)[0] for k in "ab"}
+    assert 'value="measured"' in select["a"] and 'value="measured"' not in select["b"]
     copy = tmp_path / "results" / "cnn"
     shutil.copytree(rdir, copy)
     from lib.report.page import build_index
@@ -631,3 +634,18 @@ def test_energy_row_index_staleness_and_bad_index(built, tmp_path):
     pd.read_csv(copy / "energy.csv")[["node", "op_type"]].to_csv(copy / "energy.csv", index=False)
     assert_clean_error(run_stage("11_report.py", "--results", copy, "--no-index"), "energy.csv lacks columns",
                        "05_energy_estimate.py")
+
+
+def test_plots_without_stage_01_show_the_prediction_and_say_why_the_roofline_is_empty():
+    """Without 01: 'where the time goes' drew the roofline bound alone, the roofline bare axes labelled measured."""
+    from lib.report.plots import latency_by_class_plot, roofline_plot
+    prof = pd.DataFrame({"node": ["c", "r"], "op_type": ["Conv", "Relu"], "op_class": ["conv", "activation"],
+                         "latency_us": [np.nan, np.nan], "t_pred_us": [40.0, 2.0], "t_roofline_us": [10.0, 0.5],
+                         "achieved_gflops": [np.nan, np.nan], "ai_flop_per_byte": [20.0, 0.25], "dtype": ["float"] * 2,
+                         "pct_latency": [np.nan, np.nan]})
+    ax = latency_by_class_plot(prof, "t").axes[0]
+    bars = {c.get_label(): [p.get_width() for p in c.patches] for c in ax.containers}
+    assert bars["predicted (stage 03's baseline, no stage 01)"] == pytest.approx([2.0e-3, 40.0e-3])   # ms, by size
+    host = {"peak_flops_per_s": {"default": 2e11}, "mem_bw_bytes_per_s": 2e10}
+    texts = [t.get_text() for t in roofline_plot(prof, host, "t").axes[0].texts]
+    assert any("without stage 01: nothing to place" in t for t in texts)

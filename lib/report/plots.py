@@ -9,6 +9,7 @@ matplotlib.use("Agg")
 matplotlib.rcParams["text.parse_math"] = False    # names are text: a "$x_1$" node name is not math
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
+import matplotlib.transforms  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -44,8 +45,14 @@ def _plain_log_ticks(fig) -> None:
             if scale == "log":
                 axis.set_major_formatter(matplotlib.ticker.LogFormatter())
                 if not isinstance(axis.get_minor_formatter(), matplotlib.ticker.NullFormatter):
-                    axis.set_minor_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False,
-                                                                            minor_thresholds=(2, 0.4)))
+                    axis.set_minor_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False))
+
+
+def _legend_below(ax, **kw) -> None:
+    """The legend under the axis label, at a fixed distance in points (a fraction of the axes' height put it on the
+    label of a short figure)."""
+    shift = matplotlib.transforms.ScaledTranslation(0, -42 / 72, ax.figure.dpi_scale_trans)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=ax.transAxes + shift, **kw)
 
 
 def _colors(keys):
@@ -70,6 +77,9 @@ def roofline_plot(prof: pd.DataFrame, host: dict, title: str):
         sub = df[df["op_class"] == c]
         ax.scatter(sub["ai_flop_per_byte"], sub["achieved_gflops"], s=10 + 200 * sub["pct_latency"] / 100 * 5,
                    color=col[c], alpha=0.7, edgecolor="k", linewidth=0.3, label=f"{c} ({len(sub)})")
+    if df.empty:        # no 01: nothing has a measured rate (the axes were drawn bare, labelled "measured")
+        ax.text(0.5, 0.5, "no node has a measured time and FLOPs (without stage 01: nothing to place)",
+                transform=ax.transAxes, ha="center", va="center", color="dimgray")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
@@ -109,7 +119,9 @@ def _node_label(r, width: int = 50) -> str:
     from the left (its most specific part, at the end, stays)."""
     layer = str(r.get("layer", "") or "")
     if not layer:
-        return f"{r['node']} ({r['op_type']})"[:width]
+        name, op = str(r["node"]), f" ({r['op_type']})"
+        room = max(width - len(op), 8)
+        return (name if len(name) <= room else name[:room - 1] + "\u2026") + op     # the op type always shown
     suffix = f" ({r['op_type']}, {r['node']})"
     if len(suffix) > width - 12:
         suffix = f" ({r['op_type']})"
@@ -140,7 +152,7 @@ def energy_plot(energy: pd.DataFrame, title: str, power_w: float | str | None = 
                 ax.text(val if val > 0 else _floor(by) * 1e3, yi + off, note, va="center", fontsize=6)
     ax.set_xscale("log")
     ax.set_xlim(left=_floor(by) * 1e3)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=1)
+    _legend_below(ax, fontsize=7, ncol=1)
     return fig
 
 
@@ -183,24 +195,27 @@ def latency_by_class_plot(prof: pd.DataFrame, title: str):
     measured = df["latency_us"].notna().any()
     fused = df["attribution"].fillna("").eq("fused") if "attribution" in df else pd.Series(False, index=df.index)
     own = df[~fused] if measured else df
-    by = own.groupby("op_class").agg(measured=("latency_us", "sum"), roofline=("t_roofline_us", "sum"))
+    time_col = "latency_us" if measured or "t_pred_us" not in df else "t_pred_us"     # without 01: 03's prediction
+    by = own.groupby("op_class").agg(measured=(time_col, "sum"), roofline=("t_roofline_us", "sum"))
     n_fused = df[fused].groupby("op_class").size()
-    classes = sorted(set(df["op_class"]), key=lambda c: (by["measured" if measured else "roofline"].get(c, 0.0)))
+    timed = measured or time_col == "t_pred_us"
+    classes = sorted(set(df["op_class"]), key=lambda c: (by["measured" if timed else "roofline"].get(c, 0.0)))
     by = by.reindex(classes)
     fig, ax, y, h = _class_axes(classes, f"{title}: where the time goes, by op class (log scale)", "time per inference (ms, log)")
-    if measured:
-        ax.barh(y + h / 2, by["measured"].where(by["measured"] > 0) / 1e3, h, label="measured (ORT kernels)", color="tab:blue")
+    if timed:
+        ax.barh(y + h / 2, by["measured"].where(by["measured"] > 0) / 1e3, h, color="tab:blue",
+                label="measured (ORT kernels)" if measured else "predicted (stage 03's baseline, no stage 01)")
     ax.barh(y - h / 2, by["roofline"].where(by["roofline"] > 0) / 1e3, h,
             label="roofline lower bound of the same nodes", color="tab:green")
     floor = _floor(by.fillna(0.0)) / 1e3
     for yi, c in zip(y, classes):
         k = int(n_fused.get(c, 0))
         if k:
-            ax.text(floor, yi, f" {k} node(s) fused into other kernels (time counted there)", va="center", fontsize=6,
-                    color="dimgray")
+            ax.text(1.01, yi, f"{k} node(s) fused into other kernels (time counted there)", va="center", fontsize=6,
+                    color="dimgray", transform=ax.get_yaxis_transform())      # right of the axes, off the bars
     ax.set_xscale("log")
     ax.set_xlim(left=floor)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
+    _legend_below(ax, fontsize=8, ncol=2)
     return fig
 
 
