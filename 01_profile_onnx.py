@@ -17,7 +17,7 @@ from lib.onnx.inputs import InputSpec, value_hint
 from lib.onnx.loading import prepare
 from lib.onnx.random_ops import random_nodes
 from lib.latency.profiling import add_profile_arguments, latency_table, merge_sessions, percentiles, profile_sessions
-from lib.provenance import stamp
+from lib.provenance import stamp, with_tables
 
 
 def report(meta: dict, att: dict) -> None:
@@ -79,7 +79,7 @@ def main(argv=None):
                   "random_nodes": random_nodes(an.light.model.graph),
                   **att, "versions": versions()}, an.identity)
     write_csv(df, a.rdir / "ops_latency.csv")
-    write_json(meta, a.rdir / "profile_meta.json")
+    write_json(with_tables(meta, a.rdir, "ops_latency.csv"), a.rdir / "profile_meta.json")
     report(meta, att)
     print(f"wrote {a.rdir / 'ops_latency.csv'}; ORT's trace and optimized graph in {a.rdir / 'profile'}/")
 

@@ -18,7 +18,7 @@ from lib.onnx.inputs import InputSpec
 from lib.onnx.loading import prepare, save_graph
 from lib.onnx.metrics import kv_cache, node_metrics, summarize
 from lib.onnx.underflow import measure, summary, summary_lines
-from lib.provenance import new_run_id, stamp
+from lib.provenance import new_run_id, stamp, with_tables
 from lib.units import fmt_bytes, fmt_count
 
 
@@ -78,7 +78,7 @@ def main(argv=None):
     meta = stamp({"topological_order": "file" if an.graph.file_order else "kahn", "shape_note": an.inferred.executed_note,
                   **s, "versions": versions()}, an.identity, run_id=run_id)
     write_csv(df, a.rdir / "ops_metrics.csv")
-    write_json(meta, a.rdir / "metrics_meta.json")
+    write_json(with_tables(meta, a.rdir, "ops_metrics.csv"), a.rdir / "metrics_meta.json")
     report(a.model, an.shapes, s, an.inferred.executed_note)
     print(f"wrote {a.rdir / 'ops_metrics.csv'}")
 

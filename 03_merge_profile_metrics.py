@@ -19,9 +19,9 @@ from lib.artifacts import CONFIGS, read_csv, versions, write_csv, write_json
 from lib.host import load_host
 from lib.latency import host_reference
 from lib.latency.predict import print_prediction, stage_prediction
-from lib.provenance import Results, stamp
+from lib.provenance import Results, stamp, with_tables
 from lib.units import fmt_us
-from lib.analysis.roofline import LATENCY_COLUMNS, contradictions, merge, roofline
+from lib.analysis.roofline import LATENCY_COLUMNS, contradiction_summary, contradictions, merge, roofline
 
 
 def report(df, measured: bool) -> None:
@@ -67,12 +67,11 @@ def main(argv=None):
     host_note = host_reference.other_cpu(host_reference.host_file_cpu(host), str(a.host),
                                          (metas.get("profile_meta.json") or {}).get("cpu"))
     write_csv(df, a.rdir / "ops_profile.csv")
-    write_json(stamp({"host_config": str(a.host), "host": host, "host_other_cpu_note": host_note,
+    write_json(stamp(with_tables({"host_config": str(a.host), "host": host, "host_other_cpu_note": host_note,
                       "latency_source": "measured" if measured else "none",
-                      "prediction": pred, "roofline_contradictions": {
-                          "nodes": len(bad), "resolution_us": 1.0, "worst": bad.assign(
-                              ratio=bad["latency_us"] / bad["t_roofline_us"]).sort_values("ratio").head(10)
-                          .to_dict("records")}, "versions": versions()}, metas["metrics_meta.json"]["identity"], metas,
+                      "prediction": pred, "roofline_contradictions": contradiction_summary(bad),
+                      "versions": versions()}, a.rdir, "ops_profile.csv"),
+                     metas["metrics_meta.json"]["identity"], metas,
                      absent=[] if measured or a.no_profile else ["profile_meta.json"]),
                a.rdir / "merge_meta.json")
     report(df, measured)

@@ -17,7 +17,7 @@ from lib.artifacts import read_csv, versions, write_csv, write_json
 from lib.analysis.dag import at_group_ends, longest_path, stages, summary
 from lib.errors import StageError
 from lib.onnx.loading import analysed_arrays
-from lib.provenance import stamp
+from lib.provenance import stamp, with_tables
 from lib.analysis.roofline import known_or_zero
 
 
@@ -50,8 +50,8 @@ def main(argv=None):
                        "start_us": start[path], "finish_us": finish[path], "latency_us": w[path],
                        "kernel": [kernel[i] for i in path]})
     write_csv(cp, a.rdir / "critical_path.csv")
-    write_json(stamp({"weight": use, **s, "path_nodes": len(path), "unknown_time_nodes": unknown,
-                      "versions": versions()}, metas["merge_meta.json"]["identity"], metas),
+    write_json(stamp(with_tables({"weight": use, **s, "path_nodes": len(path), "unknown_time_nodes": unknown,
+                                  "versions": versions()}, a.rdir, "critical_path.csv"), metas["merge_meta.json"]["identity"], metas),
                a.rdir / "critical_path_meta.json")
     print(f"weights: {use} ({col})" + (f"; {unknown} nodes of unknown time counted as 0" if unknown else ""))
     print(f"critical path: {s['critical_path_us'] / 1e3:.3f} ms over {len(path)} of {len(w)} nodes; "

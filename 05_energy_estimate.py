@@ -21,7 +21,7 @@ from lib.analysis.roofline import BYTE_COLUMNS
 from lib.errors import StageError
 from lib.host import load_host, same_host
 from lib.onnx.loading import analysed_arrays
-from lib.provenance import stamp
+from lib.provenance import stamp, with_tables
 
 
 def main(argv=None):
@@ -60,11 +60,12 @@ def main(argv=None):
     write_csv(energy, a.rdir / "energy.csv")
     write_csv(kernels, a.rdir / "kernel_candidates.csv")
     write_csv(amd, a.rdir / "amdahl.csv")
-    write_json(stamp({"avg_power_w": power["power_w"], "power": power, "time_source": source, "inference_us": t_total,
+    write_json(stamp(with_tables({"avg_power_w": power["power_w"], "power": power, "time_source": source, "inference_us": t_total,
                       "partly_unknown_bytes": int(prof[BYTE_COLUMNS].isna().any(axis=1).sum()), "methods": list(METHODS),
                       "counter": counter, "counter_status": why, "energy_per_inference": whole, "host_config": a.host,
-                      "offload_config": a.offload, "offload": off, "versions": versions()},
-                     metas["merge_meta.json"]["identity"], metas), a.rdir / "energy_meta.json")
+                      "offload_config": a.offload, "offload": off, "versions": versions()}, a.rdir, "energy.csv",
+                                 "kernel_candidates.csv", "amdahl.csv"), metas["merge_meta.json"]["identity"], metas),
+               a.rdir / "energy_meta.json")
     print_report(energy, kernels, amd, whole)
     print(f"wrote {a.rdir / 'energy.csv'}, kernel_candidates.csv, amdahl.csv")
 

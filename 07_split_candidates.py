@@ -17,7 +17,7 @@ from lib.artifacts import read_csv, versions, write_csv, write_json
 from lib.split.boundary_sweep import sweep_columns, sweep_frame
 from lib.onnx.inputs import InputSpec
 from lib.onnx.loading import analysed_arrays
-from lib.provenance import stamp
+from lib.provenance import stamp, with_tables
 from lib.latency.predict import model_kernels
 from lib.split.ranking import (add_costs, baselines, device_factors, feasibility_reasons, host_prediction,
                                needs_kernels, pareto_table, print_summary, prune_and_rank, pruning_summary,
@@ -61,7 +61,6 @@ def main(argv=None):
     hailo = feasibility_reasons(a.feasibility, a.feasibility_arch, res.identity("metrics_meta.json"))
     df = prune_and_rank(df, system, hailo and hailo[0])
     top = df[df["rank"] <= int(rk.get("top_k", 10))].sort_values("rank")
-    unchecked = unchecked_top(df, hailo, int(rk.get("top_k", 10)))
     pareto = pareto_table(df)
     base = baselines(prof, latency, system)
     ident = metas["merge_meta.json"]["identity"]
@@ -71,13 +70,14 @@ def main(argv=None):
                                 stamp({}, ident, {"workload_profile.json": wp}))}
     write_csv(df, a.rdir / "boundaries.csv")
     write_json(pruning_summary(df, rk, system, a.feasibility and {"file": a.feasibility, "arch": a.feasibility_arch,
-                                                                  "unchecked_top": unchecked}),
+                                                                  "unchecked_top": unchecked_top(df, hailo, len(top))}),
                a.rdir / "candidate_pruning.json", indent=None if len(df) > 10_000 else 2)     # one entry per boundary
     write_json(stamp(split_model(df, prof, latency, system, arrays), ident, {"workload_profile.json": wp}),
                a.rdir / "split_model.json", indent=None)    # compact, no NaN: the report's JSON.parse reads it
     write_csv(pareto, a.rdir / "pareto_export.csv")
     write_latex(top, Path(a.model).name, a.rdir / "split_candidates.tex")
     write_json({**system, "source": a.system, "versions": versions()}, a.rdir / "system_config.json")
+    summ = with_tables(summ, a.rdir, "boundaries.csv", "pareto_export.csv")
     write_json(stamp(summ, ident, {"workload_profile.json": wp}), a.rdir / "split_summary.json")
     write_json(wp, a.rdir / "workload_profile.json")
     print_summary(df, top, pareto, rk, summ)

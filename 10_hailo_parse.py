@@ -22,7 +22,7 @@ from lib.split.hailo import (ARCHS, ParseCache, backends, check_partitions, load
                              print_report, provision)
 from lib.onnx.inputs import InputSpec
 from lib.onnx.loading import analysed
-from lib.provenance import stamp
+from lib.provenance import stamp, with_tables
 from lib.split.ranking import HAILO_META, choose_boundaries
 
 COLUMNS = ["boundary", "side", "partition", "arch", "status", "source", "node", "op", "reason", "compiler_version",
@@ -71,7 +71,8 @@ def main(argv=None):
     rows = check_partitions(parts, a.rdir, a.side, a.arch, cmds, table, cache, shapes)
     cache.save()
     write_csv(pd.DataFrame(rows, columns=COLUMNS), a.rdir / "hailo_feasibility.csv")
-    write_json({**run, "boundaries": sorted(parts)}, a.rdir / HAILO_META)  # 07 --feasibility: of this model and spec?
+    # 07 --feasibility: of this model and spec?
+    write_json(with_tables({**run, "boundaries": sorted(parts)}, a.rdir, "hailo_feasibility.csv"), a.rdir / HAILO_META)
     print_report(rows, a.arch)
     print(f"wrote {a.rdir / 'hailo_feasibility.csv'}")
     return 0

@@ -51,6 +51,12 @@ def stamp(meta: dict, ident: dict, upstream: dict[str, dict] | None = None, abse
             "upstream": {name: m["run_id"] for name, m in (upstream or {}).items()}, "absent": list(absent), **meta}
 
 
+def with_tables(meta: dict, rdir: Path, *names: str) -> dict:
+    """meta + `tables`: the byte size of each CSV the stage wrote beside it (written first), so that a later stage
+    refuses a table that is not the one this meta describes (another model's copied in, one cut short)."""
+    return {**meta, "tables": {n: (Path(rdir) / n).stat().st_size for n in names}}
+
+
 def _who(ident: dict) -> str:
     m = ident["model"]
     return f"{m['path']} (graph {m['graph_sha256'][:12]})"
@@ -109,6 +115,11 @@ class Results:
                 if self.has(up) and self.meta(up)["run_id"] != run_id:
                     raise StageError(f"{self.rdir / name} was made from an earlier run of {PRODUCER.get(up, up)}: "
                                      f"re-run {PRODUCER.get(name, 'its stage')} (make all does this)")
+            for table, size in m.get("tables", {}).items():
+                path = self.rdir / table
+                if path.exists() and path.stat().st_size != size:
+                    raise StageError(f"{path} is not the table {name} was written with ({path.stat().st_size:,} bytes, "
+                                     f"{size:,} then): re-run {PRODUCER.get(name, 'its stage')}")
             for up in m.get("absent", []):
                 if self.has(up):
                     raise StageError(f"{self.rdir / name} was made before {PRODUCER.get(up, up)} ran: re-run "

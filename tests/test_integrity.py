@@ -182,6 +182,18 @@ def test_refused_mismatches(tmp_path):
     assert_clean_error(run_stage("07_split_candidates.py", "--model", sym, "--results", rdir), "holds results of")
     for stage in ("04_critical_path.py", "07_split_candidates.py", "08_export_splits.py", "10_hailo_parse.py"):
         assert_clean_error(run_stage(stage, "--model", tmp_path / "nope.onnx", "--results", rdir), "not found")
+    # a table that is not the one its meta was written with (cut short; another model's copied in): refused
+    # (the report showed another model's energy.csv as this one's, "10 of 10 sections complete")
+    for stage in ("04_critical_path.py", "05_energy_estimate.py"):
+        assert run_stage(stage, "--model", model, "--results", rdir).returncode == 0
+    energy = (rdir / "energy.csv").read_bytes()
+    (rdir / "energy.csv").write_bytes(energy[:200])
+    assert_clean_error(run_stage("11_report.py", "--results", rdir, "--no-index"), "energy.csv is not the table "
+                       "energy_meta.json was written with", "re-run 05_energy_estimate.py")
+    (rdir / "energy.csv").write_bytes(energy)
+    (rdir / "ops_profile.csv").write_bytes((other / "ops_profile.csv").read_bytes())
+    assert_clean_error(run_stage("04_critical_path.py", "--model", model, "--results", rdir),
+                       "ops_profile.csv is not the table merge_meta.json was written with")
 
 
 def test_files_follow_the_umask_and_nothing_lands_in_the_working_directory(tmp_path):

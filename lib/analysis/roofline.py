@@ -121,6 +121,12 @@ def contradictions(df: pd.DataFrame, resolution_us: float = RESOLUTION_US) -> pd
     return df.loc[bad, ["node", "op_type", "latency_us", "t_roofline_us", "mem_level"]]
 
 
+def contradiction_summary(bad: pd.DataFrame) -> dict:
+    """merge_meta.json's roofline_contradictions: how many nodes ran below their bound, the 10 furthest below."""
+    worst = bad.assign(ratio=bad["latency_us"] / bad["t_roofline_us"]).sort_values("ratio").head(10)
+    return {"nodes": len(bad), "resolution_us": RESOLUTION_US, "worst": worst.to_dict("records")}
+
+
 def peak_per_node(df: pd.DataFrame, peak_table) -> np.ndarray:
     """Peak FLOP/s of each node's element type (a {dtype: peak, default: peak} table, or one number)."""
     if not isinstance(peak_table, dict):
