@@ -8,6 +8,7 @@ that names both sides and the command that fixes it.
 """
 from __future__ import annotations
 
+import hashlib
 import uuid
 from pathlib import Path
 
@@ -52,9 +53,20 @@ def stamp(meta: dict, ident: dict, upstream: dict[str, dict] | None = None, abse
 
 
 def with_tables(meta: dict, rdir: Path, *names: str) -> dict:
-    """meta + `tables`: the byte size of each CSV the stage wrote beside it (written first), so that a later stage
-    refuses a table that is not the one this meta describes (another model's copied in, one cut short)."""
-    return {**meta, "tables": {n: (Path(rdir) / n).stat().st_size for n in names}}
+    """meta + `tables`: a digest of each CSV the stage wrote beside it (written first), so that a later stage
+    refuses a table that is not the one this meta describes (another input spec's or model's copied in, one cut
+    short)."""
+    return {**meta, "tables": {n: table_digest(Path(rdir) / n) for n in names}}
+
+
+def table_digest(path: Path) -> str:
+    """SHA-256 (16 hex digits) of a CSV's bytes less its carriage returns: a spreadsheet that saves it again with
+    \\r\\n line ends changes no figure."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk.replace(b"\r", b""))
+    return h.hexdigest()[:16]
 
 
 def _who(ident: dict) -> str:
@@ -82,6 +94,7 @@ class Results:
     def __init__(self, rdir: Path):
         self.rdir = Path(rdir)
         self._metas: dict[str, dict] = {}
+        self._digests: dict[Path, str] = {}
 
     def meta(self, name: str) -> dict:
         if name not in self._metas:
@@ -91,6 +104,11 @@ class Results:
                                  f"re-run {PRODUCER.get(name, 'its stage')}")
             self._metas[name] = m
         return self._metas[name]
+
+    def _digest(self, path: Path) -> str:
+        if path not in self._digests:           # once per stage run (a 200k-node table: ~0.1 s)
+            self._digests[path] = table_digest(path)
+        return self._digests[path]
 
     def has(self, name: str) -> bool:
         return (self.rdir / name).exists()
@@ -115,11 +133,11 @@ class Results:
                 if self.has(up) and self.meta(up)["run_id"] != run_id:
                     raise StageError(f"{self.rdir / name} was made from an earlier run of {PRODUCER.get(up, up)}: "
                                      f"re-run {PRODUCER.get(name, 'its stage')} (make all does this)")
-            for table, size in m.get("tables", {}).items():
+            for table, digest in m.get("tables", {}).items():
                 path = self.rdir / table
-                if path.exists() and path.stat().st_size != size:
-                    raise StageError(f"{path} is not the table {name} was written with ({path.stat().st_size:,} bytes, "
-                                     f"{size:,} then): re-run {PRODUCER.get(name, 'its stage')}")
+                if path.exists() and self._digest(path) != digest:
+                    raise StageError(f"{path} is not the table {name} was written with (its content differs): "
+                                     f"re-run {PRODUCER.get(name, 'its stage')}")
             for up in m.get("absent", []):
                 if self.has(up):
                     raise StageError(f"{self.rdir / name} was made before {PRODUCER.get(up, up)} ran: re-run "

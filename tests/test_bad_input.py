@@ -335,7 +335,7 @@ def test_stages_refuse_bad_config_values_in_one_line(tmp_path, good):
     assert_clean_error(run_stage("05_energy_estimate.py", "--model", good, "--results", rdir, "--offload", off),
                        "criteria.min_share_pct must be a non-negative number")
     assert_clean_error(run_stage("05_energy_estimate.py", "--model", good, "--results", rdir, "--avg-power-w", "nan"),
-                       "--avg-power-w must be positive")
+                       "--avg-power-w must be a positive number")
     assert_clean_error(run_stage("07_split_candidates.py", "--model", good, "--results", rdir, "--top-k", "0"),
                        "--top-k (ranking.top_k) must be a positive integer")
 

@@ -228,3 +228,10 @@ def test_functional_norms_are_costed_and_fused_like_their_modules():
     assert n.loc["batch_norm", "flops"] == REGISTRY["BatchNormalization"].per_element * out
     assert n.loc["layer_norm", "flops"] == REGISTRY["LayerNormalization"].per_element * out
     assert n["cost_known"].all() and n.loc["batch_norm", "subgraph"] == n.loc["Conv2d", "subgraph"] == n.loc["relu", "subgraph"]
+
+
+def test_sequence_first_modules_get_a_batch_dim_hint(capsys):
+    analyze("tests.fx_models:lstm_seq_first", [5, 2, 8])
+    assert "LSTM take sequence-first input" in capsys.readouterr().err
+    analyze("tests.fx_models:lstm_seq_first", [5, 2, 8], batch_dim=1)
+    assert "sequence-first" not in capsys.readouterr().err

@@ -186,7 +186,7 @@ def _view(outs: list, ins: list) -> bool:
 
 def mutates(n, kind: str, module) -> bool:
     """The node writes into its first input (y.mul_(2), F.relu(y, inplace=True), nn.ReLU(inplace=True), y += x)."""
-    if n.op == "call_method" and _in_place_method(kind):
+    if n.op in ("call_method", "call_function") and _in_place_method(kind):     # y.relu_(), torch.relu_(y)
         return True
     return kind in IN_PLACE_FUNCTIONS or n.kwargs.get("inplace") is True or getattr(module, "inplace", False) is True
 
@@ -230,9 +230,10 @@ def fx_cost(kind: str, module, n, numel_in: int, numel_out: int) -> tuple[float,
 
 def _node_cost(n, kind: str, cls: str, module, counted: float, rnns: list, acts: list, outs: list) -> tuple:
     """(FLOPs, MACs, known, op class) of one FX node run once: FlopCounterMode's count where it saw MACs
-    (matmuls, convs, attention: 2 per MAC, whatever the class), plus stage 02's recurrent formula for each nn.LSTM &
-    co that ran inside it (rnns: rnn_flops() of each, None where its input was no batch of sequences; the counter
-    sees none of them), unknown for another MAC op it saw nothing of, else the registry's per-element counts."""
+    (matmuls, convs, attention: 2 per MAC, whatever the class), with stage 02's recurrent formula in place of what it
+    saw of each nn.LSTM & co that ran inside it (rnns: (rnn_flops() of each, None where its input was no sequence;
+    the counter's FLOPs during it)), unknown for another MAC op it saw nothing of, else the registry's per-element
+    counts."""
     if n.op == "get_attr":
         return 0.0, 0.0, True, "weight"
     if rnns:        # the node is an nn.LSTM, or a custom leaf module holding one: the formula, for what the counter saw

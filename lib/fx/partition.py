@@ -22,11 +22,22 @@ def parse_shape(text: str) -> list[int]:
     return dims
 
 
+def _batch_dim_hint(model, shape: list[int], batch_dim: int | None) -> None:
+    """Say when dim 0 may not count samples: modules that take sequence-first input (an LSTM's 10-step sequence was
+    mapped as 10 samples, at a tenth of its work each)."""
+    seq_first = sorted({type(m).__name__ for m in model.modules() if getattr(m, "batch_first", True) is False})
+    if seq_first and batch_dim == 0:
+        print(f"warning: {', '.join(seq_first)} take sequence-first input (batch_first=False): the hardware table "
+              f"counts dim 0 of {'x'.join(map(str, shape))} as samples; if it is the sequence, pass --batch-dim 1 (or "
+              f"none for one unbatched sequence)", file=sys.stderr)
+
+
 def analyze(spec: str, shape: list[int], max_fuse: int = 8, hardware_dir=None, batch_dim: int | None = 0) -> dict:
     """batch_dim: the dim of `shape` that counts samples (the hardware table is per sample), None for one sample
     (an unbatched sequence; a sequence-first model's batch is dim 1: dim 0 gave it 1/T of its work)."""
     import torch
     model = load_torch_model(spec)
+    _batch_dim_hint(model, shape, batch_dim)
     gm, how = trace(model)
     try:
         nodes = characterize(gm, torch.randn(*shape))

@@ -407,7 +407,8 @@ def energy_section(art: Artifacts) -> dict:
              ["component model", f"{mj(comp)} = compute {mj(energy['e_compute_j'].sum())} + data movement "
               f"{mj(energy['e_mem_j'].sum())}", f"E = FLOPs x e_flop(dtype) + bytes x e_byte; e_flop per FLOP: {flop}; "
               f"e_byte {e.get('e_byte_j', float('nan')) * 1e12:g} pJ/byte (estimates after Horowitz, ISSCC 2014, "
-              f"in the host config); bytes = activations in + out + weights, as counted by stage 02"]]
+              f"in the host config); bytes = activations in + out + weights, as counted by stage 02 (a part of unknown size, "
+              f"a string tensor's, counts 0)"]]
     if not counter:
         rows.append(["counter", "not read", f"RAPL energy counters: {meta.get('counter_status', 'not tried')} "
                      f"(/sys/class/powercap)"])
@@ -622,9 +623,10 @@ def _report_stale(d: Path, report_meta: dict) -> bool:
     """Whether a metas the report was made from has been re-made (or removed, or one it lacked has appeared)."""
     for name, run_id in report_meta.get("upstream", {}).items():
         try:
-            if json.loads((d / name).read_text()).get("run_id") != run_id:
-                return True
+            meta = json.loads((d / name).read_text())
         except (OSError, json.JSONDecodeError):
+            return True
+        if not isinstance(meta, dict) or meta.get("run_id") != run_id:
             return True
     return any((d / name).exists() for name in report_meta.get("absent", []))
 

@@ -78,7 +78,7 @@ def roofline_plot(prof: pd.DataFrame, host: dict, title: str):
         ax.scatter(sub["ai_flop_per_byte"], sub["achieved_gflops"], s=10 + 200 * sub["pct_latency"] / 100 * 5,
                    color=col[c], alpha=0.7, edgecolor="k", linewidth=0.3, label=f"{c} ({len(sub)})")
     if df.empty:        # no 01: nothing has a measured rate (the axes were drawn bare, labelled "measured")
-        ax.text(0.5, 0.5, "no node has a measured time and FLOPs (without stage 01: nothing to place)",
+        ax.text(0.5, 0.5, "no node has both a measured time and FLOPs: nothing to place (without stage 01, none has a time)",
                 transform=ax.transAxes, ha="center", va="center", color="dimgray")
     ax.set_xscale("log")
     ax.set_yscale("log")

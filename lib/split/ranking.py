@@ -21,7 +21,7 @@ import pandas as pd
 
 from lib.artifacts import atomic_path
 from lib.errors import StageError
-from lib.provenance import same_inputs
+from lib.provenance import same_inputs, table_digest
 from lib.units import fmt_us
 from lib.analysis.device_time import device_time
 from lib.analysis.roofline import known_or_zero, node_bytes
@@ -406,12 +406,16 @@ def feasibility_reasons(path, arch: str, mine: dict) -> tuple[dict[int, str], se
     meta_path = os.path.join(os.path.dirname(os.path.abspath(path)), HAILO_META)
     try:
         with open(meta_path) as f:
-            ident = json.load(f)["identity"]
+            meta = json.load(f)
+        ident = meta["identity"]
     except (OSError, ValueError, KeyError, TypeError):
         raise StageError(f"--feasibility {path} has no readable {HAILO_META} beside it: re-run 10_hailo_parse.py") from None
     sha = lambda i: (i.get("model") or {}).get("graph_sha256")  # noqa: E731
     if sha(ident) != sha(mine) or not same_inputs(ident.get("inputs"), mine.get("inputs")):
         raise StageError(f"--feasibility {path} is the Hailo check of another model or input spec: re-run 10_hailo_parse.py")
+    digest = (meta.get("tables") or {}).get(os.path.basename(path))
+    if digest is not None and table_digest(path) != digest:      # the CSV is not the one hailo_meta.json describes
+        raise StageError(f"--feasibility {path} is not the table {HAILO_META} was written with: re-run 10_hailo_parse.py")
     df = pd.read_csv(path, keep_default_na=False, dtype=str)
     missing = {"boundary", "arch", "status", "source", "op", "node"} - set(df.columns)
     if missing:
