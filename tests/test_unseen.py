@@ -184,6 +184,8 @@ def test_a_cut_tensor_the_whole_model_never_rounds_to_fp16_is_compared_as_declar
     assert runner(folder).returncode == 0
     inf = np.array([-np.inf, 1.0], np.float32)        # the same infinity on both sides is no difference
     assert compare(inf, inf.copy(), 1e-6)["pass"] and not compare(inf, np.array([np.inf, 1.0], np.float32), 1e-6)["pass"]
+    ids = np.array([2**60 + 1, 7], np.int64)            # integers compare exactly (as float64 these two were equal)
+    assert compare(ids, ids.copy(), 0.0)["pass"] and not compare(ids, np.array([2**60, 7], np.int64), 0.0)["pass"]
 
 
 @pytest.mark.parametrize("dynamo", [False, True])

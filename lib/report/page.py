@@ -407,8 +407,8 @@ def energy_section(art: Artifacts) -> dict:
              ["component model", f"{mj(comp)} = compute {mj(energy['e_compute_j'].sum())} + data movement "
               f"{mj(energy['e_mem_j'].sum())}", f"E = FLOPs x e_flop(dtype) + bytes x e_byte; e_flop per FLOP: {flop}; "
               f"e_byte {e.get('e_byte_j', float('nan')) * 1e12:g} pJ/byte (estimates after Horowitz, ISSCC 2014, "
-              f"in the host config); bytes = activations in + out + weights, as counted by stage 02 (a part of unknown size, "
-              f"a string tensor's, counts 0)"]]
+              f"in the host config); bytes = activations in + out + weights as its kernel moves them (a view 0, a pick 2 x "
+              f"its output), as counted by stage 02 (a part of unknown size, a string tensor's, counts 0)"]]
     if not counter:
         rows.append(["counter", "not read", f"RAPL energy counters: {meta.get('counter_status', 'not tried')} "
                      f"(/sys/class/powercap)"])

@@ -287,6 +287,8 @@ def compare(x, r, rel):
     scale = float(finite.max()) if finite.size else 0.0
     bound = rel * scale
     worst = float(diff.max()) if diff.size else 0.0
+    if np.issubdtype(r.dtype, np.integer) and not np.array_equal(x, r):
+        worst = max(worst, 1.0)     # exact: as float64, int64 ids past 2**53 that differ by 1 compared equal
     return {"max_abs_diff": worst, "scale": scale, "rel_to_scale": worst / scale if scale else (0.0 if not worst else
             float("inf")), "bound": bound, "dtype": str(r.dtype), "shape": list(r.shape), "pass": bool(worst <= bound)}
 
