@@ -35,7 +35,7 @@ def pipeline(model, rdir, boundaries=None, *spec):
     r = run_stage("08_export_splits.py", "--model", model, "--results", rdir, "--diagram", "none", "--runs", "1",
                   *(["--boundary", *map(str, boundaries)] if boundaries else []))
     assert r.returncode == 0, r.stdout + r.stderr
-    return json.loads((rdir / "validation_report.json").read_text())
+    return {**json.loads((rdir / "validation_report.json").read_text()), "stdout": r.stdout}
 
 
 def runner(folder, *args):
@@ -201,6 +201,7 @@ def test_randn_like_model_splits_compose_exactly(tmp_path, dynamo):
     rand = lambda bd: list(bd.loc[bd["after_node"].str.contains("Relu|relu"), "boundary"][:1])   # noqa: E731
     rep = pipeline(model, rdir, rand)
     assert rep["all_pass"] and rep["worst_max_abs_diff"] == 0.0
+    assert "get a fixed seed in full.onnx and the parts" in rep["stdout"]    # said: a deployed part repeats its draws
     folder = rdir / "splits" / f"b{rep['splits'][0]['boundary']}"
     seeds = {}
     for name in ("full", "part2"):

@@ -177,6 +177,12 @@ class SplitExporter:
         self.nodes = original_nodes(g, self.model, self.path)
         # in self.model too: full.onnx is then written seeded
         self.seeded = seed_random_nodes(self.nodes, self.model.graph)
+        if self.seeded:     # said: a deployed part would repeat its draws at every process start (hunt17 #1, #6)
+            print(f"note: random nodes {', '.join(self.seeded[:5])}{' ...' if len(self.seeded) > 5 else ''} get a fixed "
+                  f"seed in full.onnx and the parts, so that a split validates exactly (split_meta.json "
+                  f"random_nodes_seeded): each new session then draws the same numbers; remove their seed attribute to "
+                  f"deploy clock-seeded draws as your model has them. Their deployment difference includes ORT's "
+                  f"optimizer changing the draws (the whole model differs as much between optimization levels)")
         self.reduction_size = reduction_size(g)
         self.weights = {t.name: t for t in self.model.graph.initializer}
         self.sparse = {t.values.name: t for t in self.model.graph.sparse_initializer}
