@@ -24,7 +24,7 @@ FX_TO_ONNX = {
     "BatchNorm1d": "BatchNormalization", "BatchNorm2d": "BatchNormalization", "BatchNorm3d": "BatchNormalization",
     "LayerNorm": "LayerNormalization", "GroupNorm": "GroupNormalization", "InstanceNorm2d": "InstanceNormalization",
     "InstanceNorm1d": "InstanceNormalization", "InstanceNorm3d": "InstanceNormalization", "RMSNorm": "RMSNormalization",
-    # the functional forms timm's norm layers and torchvision's LayerNorm2d trace into (unknown cost, never fused)
+    # the functional forms timm's norm layers and torchvision's LayerNorm2d trace into (they were of unknown cost, never fused)
     "batch_norm": "BatchNormalization", "layer_norm": "LayerNormalization", "group_norm": "GroupNormalization",
     "instance_norm": "InstanceNormalization", "rms_norm": "RMSNormalization", "unbind": "Split",
     "ReLU": "Relu", "relu": "Relu", "ReLU6": "Clip", "relu6": "Clip", "Hardtanh": "Clip", "hardtanh": "Clip",
