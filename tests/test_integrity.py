@@ -152,6 +152,11 @@ def test_another_model_or_npz_behind_a_symlink_rebuilds(tmp_path):
     # changed it, and every make all ran every stage again); CONTENT_ID (the zoo's sha256 of the files) is
     # part of the spec: a same-size copy with the old timestamps kept the old figures in the zoo
     assert "02_shapes_flops_bytes.py" not in make("-n", "all", *base).stdout
+    # 03 run by hand with --no-profile beside 01's profile: make all merges the profile again (it ran 04-11 on the
+    # predicted times), and re-runs nothing before 03
+    assert run_stage("03_merge_profile_metrics.py", "--results", tmp_path / "r", "--no-profile").returncode == 0
+    out = make("-n", "all", *base).stdout
+    assert "03_merge_profile_metrics.py" in out and "02_shapes_flops_bytes.py" not in out and "01_profile" not in out
     assert "02_shapes_flops_bytes.py" in make("-n", "all", *base, "CONTENT_ID=0123abcd").stdout
 
 
