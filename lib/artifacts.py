@@ -164,9 +164,14 @@ def read_csv(rdir: Path, name: str, required_columns: tuple[str, ...] = (),
                          dtype={c: object for c in TEXT_COLUMNS}, usecols=None if only is None else only.__contains__)
     except Exception as e:  # noqa: BLE001 - any parse failure is bad input
         raise StageError(f"{path} is unreadable ({e}): re-run {PRODUCER.get(name, 'its stage')}") from None
-    missing = [c for c in required_columns if c not in df.columns]
+    return require_columns(df, path, required_columns)
+
+
+def require_columns(df: pd.DataFrame, path: Path, columns) -> pd.DataFrame:
+    """df, or StageError naming the stage that writes `path` when it lacks any of `columns`."""
+    missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise StageError(f"{path} lacks columns {missing}: re-run {PRODUCER.get(name, 'its stage')}")
+        raise StageError(f"{path} lacks columns {missing}: re-run {PRODUCER.get(Path(path).name, 'its stage')}")
     return df
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
-from lib.artifacts import PRODUCER, read_csv, read_json
+from lib.artifacts import PRODUCER, read_csv, read_json, require_columns
 from lib.errors import StageError
 from lib.provenance import Results
 from lib.analysis.roofline import levels, node_bytes
@@ -71,10 +71,8 @@ class Artifacts:
             self._csv[name] = read_csv(self.rdir, name) if exists else None
             if exists:
                 self.read.append(name)
-        df = self._csv[name]
-        if df is not None and (missing := [c for c in columns if c not in df.columns]):   # checked at every use
-            raise StageError(f"{self.rdir / name} lacks columns {missing}: re-run {PRODUCER.get(name, 'its stage')}")
-        return df
+        df = self._csv[name]        # its columns checked at every use (the first reader may have asked for none)
+        return df if df is None else require_columns(df, self.rdir / name, columns)
 
     def missing(self, name: str) -> str:
         return f"{name} is missing: run {PRODUCER.get(name, 'its stage')} (make all runs every stage)"
