@@ -32,9 +32,18 @@ def make_model(nodes, inputs, outputs, initializers=(), opset=17, path=None):
     return m
 
 
+# Stage 01 in the tests: one session and no host reference unless a test names --sessions (test_host_reference
+# does). The default 5 sessions, each followed by the 4 reference models, cost ~9 s per call on 2 cores, and the
+# tests make ~60 such calls. make (test_make, the zoo) reads the same from the environment.
+QUICK_PROFILE = ("--sessions", "1", "--no-host-reference")
+os.environ.setdefault("PROFILE_ARGS", " ".join(QUICK_PROFILE))
+
+
 def run_stage(script, *args, cwd=REPO, env=None):
     """Run a stage script in a subprocess; returns CompletedProcess with text stdout/stderr. env: variables set
     on top of this process's environment."""
+    if script == "01_profile_onnx.py" and "--sessions" not in map(str, args):
+        args = (*args, *QUICK_PROFILE)
     return subprocess.run([sys.executable, str(REPO / script), *map(str, args)], cwd=cwd,
                           env=None if env is None else {**os.environ, **env},
                           capture_output=True, text=True, timeout=600)
