@@ -168,6 +168,8 @@ def main():
     base = np.array([r["baseline_us"] / r["measured_us"] - 1 for r in rows])
     for name, e in (("kernel model", err), ("baseline", base)):
         out(f"{name}: {summary(e)}")
+    inside = sum(r["lo_us"] <= r["measured_us"] <= r["hi_us"] for r in rows)
+    out(f"measured inside the predicted interval: {inside} of {len(rows)}")
     alone = np.array([r["overhead_only_us"] / r["measured_us"] - 1 for r in rows])
     out(f"session overhead alone (on the kernel times measured): {summary(alone)}, median {100 * np.median(alone):+.1f}%")
     flagged = [r for r in rows if r["subnormal"]]

@@ -409,6 +409,19 @@ def test_fit_predict_save_load_and_lofo(records, tmp_path):
     assert set(sc["all"]) >= {"within_5", "within_10", "mape", "rmspe"} and set(sc["by_family"]) == {"attn", "cnn", "dense"}
 
 
+def test_scores_count_the_measured_inside_the_interval():
+    """Three models by hand: errors +4%, -20%, +8%; the measured latency inside the interval for the first and
+    the third (on its upper end), outside for the second."""
+    df = pd.DataFrame({"model": ["a", "b", "c"], "family": ["x", "x", "y"], "measured_us": [100.0, 200.0, 50.0],
+                       "predicted_us": [104.0, 160.0, 54.0], "lo_us": [90.0, 150.0, 40.0], "hi_us": [110.0, 190.0, 50.0]})
+    sc = km.scores(df)
+    assert sc["all"]["n"] == 3 and sc["all"]["within_5"] == pytest.approx(1 / 3)
+    assert sc["all"]["within_10"] == pytest.approx(2 / 3) and sc["all"]["mape"] == pytest.approx(0.32 / 3)
+    assert sc["all"]["in_interval"] == pytest.approx(2 / 3)
+    assert sc["by_family"]["x"]["in_interval"] == 0.5 and sc["by_family"]["y"]["in_interval"] == 1.0
+    assert "in_interval" not in km.scores(df, "lo_us")["all"]       # only the session prediction has an interval
+
+
 def test_a_stage_imports_lightgbm_without_scikit_learn_and_predicts_the_same(records, tmp_path):
     """In a stage process (lib.cli.run) _lightgbm() imports LightGBM without its scikit-learn API (2 s of every
     03 and 07): a fit and the committed kernel model predict the same digits as with it, and scikit-learn still

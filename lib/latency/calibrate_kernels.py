@@ -183,7 +183,8 @@ def held_out(records: list[dict], host: dict, threads: int, rounds: int) -> tupl
     if sc:
         a = sc["all"]
         print(f"  held-out (leave-one-family-out), {a['n']} models: {100 * a['within_10']:.0f}% within 10%, "
-              f"{100 * a['within_5']:.0f}% within 5%, MAPE {100 * a['mape']:.1f}%, RMSPE {100 * a['rmspe']:.1f}%")
+              f"{100 * a['within_5']:.0f}% within 5%, MAPE {100 * a['mape']:.1f}%, RMSPE {100 * a['rmspe']:.1f}%, "
+              f"measured inside the interval {100 * a['in_interval']:.0f}%")
         k = km.scores(lofo, "predicted_kernel_us", "measured_kernel_us")["all"]
         print(f"  kernel sums (before the between-kernel overhead): {100 * k['within_10']:.0f}% within 10%, "
               f"MAPE {100 * k['mape']:.1f}%")

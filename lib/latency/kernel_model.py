@@ -324,20 +324,28 @@ def leave_one_family_out(records: list[dict], host: dict, threads: int = 0,
     return pd.DataFrame(rows), (pd.concat(resid, ignore_index=True) if resid else empty)
 
 
-def _score(err: np.ndarray) -> dict:
+def _score(err: np.ndarray, inside: np.ndarray | None) -> dict:
     e = np.abs(err)
-    return {"n": int(len(e)), "within_5": float(np.mean(e <= 0.05)) if len(e) else None,
-            "within_10": float(np.mean(e <= 0.10)) if len(e) else None,
-            "mape": float(np.mean(e)) if len(e) else None,
-            "rmspe": float(np.sqrt(np.mean(err ** 2))) if len(e) else None,
-            "median_abs": float(np.median(e)) if len(e) else None}
+    sc = {"n": int(len(e)), "within_5": float(np.mean(e <= 0.05)) if len(e) else None,
+          "within_10": float(np.mean(e <= 0.10)) if len(e) else None,
+          "mape": float(np.mean(e)) if len(e) else None,
+          "rmspe": float(np.sqrt(np.mean(err ** 2))) if len(e) else None,
+          "median_abs": float(np.median(e)) if len(e) else None}
+    if inside is not None:      # how sure the interval says it is, checked: the share measured inside it
+        sc["in_interval"] = float(np.mean(inside)) if len(e) else None
+    return sc
 
 
 def scores(df: pd.DataFrame, column: str = "predicted_us", measured: str = "measured_us") -> dict:
-    """Share within 5% and 10%, MAPE, RMSPE, median |error| of `column` against `measured`: all, per family."""
-    err = df[column].to_numpy(float) / df[measured].to_numpy(float) - 1
-    return {"all": _score(err), "by_family": {str(f): _score(err[(df["family"] == f).to_numpy()])
-                                              for f in sorted(df["family"].unique())}}
+    """Share within 5% and 10%, MAPE, RMSPE, median |error| of `column` against `measured`: all, per family; for
+    the session prediction with its interval (lo_us, hi_us), the share measured inside the interval."""
+    m = df[measured].to_numpy(float)
+    err = df[column].to_numpy(float) / m - 1
+    inside = ((df["lo_us"].to_numpy(float) <= m) & (m <= df["hi_us"].to_numpy(float))
+              if column == "predicted_us" and {"lo_us", "hi_us"} <= set(df.columns) else None)
+    return {"all": _score(err, inside), "by_family": {
+        str(f): _score(err[sel], None if inside is None else inside[sel])
+        for f in sorted(df["family"].unique()) for sel in [(df["family"] == f).to_numpy()]}}
 
 
 def load_kernel_model(latency_model_file: str | Path) -> KernelModel | None:
