@@ -405,6 +405,15 @@ def test_fit_predict_save_load_and_lofo(records, tmp_path):
     held = km.KernelModel.fit([r for r in records if r["family"] != "cnn"], host, rounds=30).overhead
     alone = (1 + held["a"]) * cnn["kernels"]["t_us"].sum() + held["b_us"] * len(cnn["kernels"])
     assert lofo.set_index("model").loc[cnn["model"], "overhead_only_us"] == pytest.approx(alone, rel=1e-9)
+    # its interval from the other families' held-out residuals (as make calibrate's model has it), not from the fit's
+    # own training residuals
+    fit = km.KernelModel.fit([r for r in records if r["family"] != "cnn"], host, rounds=30)
+    own = fit.session(fit.predict_kernels(cnn["kernels"], host))["interval_us"]
+    other = resid[resid["family"] != "cnn"]
+    fit.residuals = km.residual_quantiles(other["type"], other["r"].to_numpy(float))
+    lo, hi = fit.session(fit.predict_kernels(cnn["kernels"], host))["interval_us"]
+    assert tuple(lofo.set_index("model").loc[cnn["model"], ["lo_us", "hi_us"]]) == pytest.approx((lo, hi), rel=1e-9)
+    assert (lo, hi) != pytest.approx(tuple(own), rel=1e-3)
     sc = km.scores(lofo)
     assert set(sc["all"]) >= {"within_5", "within_10", "mape", "rmspe"} and set(sc["by_family"]) == {"attn", "cnn", "dense"}
 
