@@ -98,6 +98,15 @@ def executed_float_types(optimized: onnx.ModelProto | None) -> dict[str, str]:
         return {}
     m = onnx.ModelProto()
     m.CopyFrom(optimized)
+    # weights whose bytes are not here (01's kept copy has them stripped: ORT refused it, and an fp16 model's
+    # kernels were all typed fp16 and flagged never seen) enter as inputs of their type and shape
+    inputs = {i.name for i in m.graph.input}
+    stripped = [t for t in m.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    m.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                         for t in stripped if t.name not in inputs)
+    kept = [t for t in m.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    del m.graph.initializer[:]
+    m.graph.initializer.extend(kept)
     have = {o.name for o in m.graph.output}
     for n in m.graph.node:
         m.graph.output.extend(onnx.ValueInfoProto(name=t) for t in n.output if t and t not in have)
