@@ -225,3 +225,31 @@ def test_01_refuses_no_sessions_or_runs_and_writes_nothing(tmp_path, args):
     r = run_stage("01_profile_onnx.py", "--model", tmp_path / "m.onnx", "--results", tmp_path / "r", *args)
     assert r.returncode == 2 and "--runs and --sessions must be >= 1" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "r" / "profile_meta.json").exists()
+
+
+def test_03_does_not_score_a_prediction_for_another_thread_count(tmp_path):
+    """The kernel model predicts for make calibrate's intra-op threads (0: all cores). 01 --threads 1 on 2 cores
+    ran resnet18 in 35.8 ms against 19.1 ms predicted, and 03 said -47%: now it says why and scores nothing;
+    --threads equal to the core count is ORT's default, the same."""
+    from lib.latency.predict import threads_note
+    from lib.report.page import prediction_text
+    meta = {"threads": 1, "cpu": {"cores": 2}}
+    assert threads_note({"threads": 0}, meta) == (
+        "01 ran with 1 intra-op thread(s) and make calibrate with 2: the prediction is for 2 and is not compared "
+        "with the session (profile with --threads 0, or calibrate with --threads 1)")
+    assert threads_note({"threads": 0}, {**meta, "threads": 2}) == "" == threads_note({"threads": 2}, {**meta, "threads": 0})
+    assert threads_note({"threads": None}, meta) == "" == threads_note({"threads": 0}, None)
+    small_cnn(tmp_path / "m.onnx")
+    rdir = tmp_path / "r"
+    for stage, extra in (("02_shapes_flops_bytes.py", []), ("01_profile_onnx.py", ["--runs", 2, "--threads", 1]),
+                         ("03_merge_profile_metrics.py", [])):
+        r = run_stage(stage, "--model", tmp_path / "m.onnx", "--results", rdir, *extra)
+        assert r.returncode == 0, f"{stage}: {r.stderr}"
+    pred = json.loads((rdir / "merge_meta.json").read_text())["prediction"]
+    cores = json.loads((rdir / "profile_meta.json").read_text())["cpu"]["cores"]
+    assert pred["predicted_by"] == "kernel model" and pred["threads"] == 0
+    if cores > 1:
+        assert pred["threads_note"].startswith(f"01 ran with 1 intra-op thread(s) and make calibrate with {cores}")
+        assert pred["error"] is None and pred["baseline_error"] is None and pred["measured_latency_us"] > 0
+        assert f"warning: {pred['threads_note']}" in r.stdout and "vs the measured session" not in r.stdout
+        assert pred["threads_note"] in prediction_text({"prediction": pred}, "")

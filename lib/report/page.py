@@ -148,7 +148,7 @@ def prediction_text(merge: dict | None, missing: str = "merge_meta.json is missi
     by, iv = pred.get("predicted_by", "?"), pred.get("interval_us")
     how = "baseline: efficiency model" if by == "baseline" else by + (f", interval {_ms_range(*iv)}" if iv else "")
     err = _signed_pct(pred.get("error"))
-    text = f"{ms(pred['predicted_latency_us'])} ({how})" + (f", {err} vs measured" if err else ", no measured session")
+    text = f"{ms(pred['predicted_latency_us'])} ({how})" + (f", {err} vs measured" if err else "" if pred.get("threads_note") else ", no measured session")
     if by != "baseline" and _num(pred.get("baseline_latency_us")) is not None:
         b = _signed_pct(pred.get("baseline_error"))
         text += f"; baseline (efficiency model) {ms(pred['baseline_latency_us'])}" + (f" ({b})" if b else "")
@@ -159,8 +159,9 @@ def prediction_text(merge: dict | None, missing: str = "merge_meta.json is missi
                  f"{'?' if share is None else f'{100 * share:.0f}'}% of the predicted time): {', '.join(unseen)}")
     if pred.get("subnormal_note"):
         text += "; " + pred["subnormal_note"]
-    if pred.get("other_cpu_note"):
-        text += "; " + pred["other_cpu_note"]
+    for key in ("other_cpu_note", "threads_note"):
+        if pred.get(key):
+            text += "; " + pred[key]
     if by == "baseline" and pred.get("note_kernel_model"):
         text += f"; kernel model not used: {pred['note_kernel_model']}"
     if by != "baseline" and _num(pred.get("host_speed_factor")) is not None:

@@ -226,7 +226,7 @@ def host_prediction(merge_meta: dict) -> dict:
     iv = pred.get("interval_us")
     return {"predicted_latency_us": float(pred["predicted_latency_us"]), "predicted_by": pred.get("predicted_by"),
             "prediction_interval_us": [float(v) for v in iv] if iv else None,
-            "other_cpu_note": pred.get("other_cpu_note") or ""}
+            "other_cpu_note": pred.get("other_cpu_note") or "", "threads_note": pred.get("threads_note") or ""}
 
 
 class Reasons:
@@ -750,7 +750,8 @@ def print_summary(df: pd.DataFrame, top: pd.DataFrame, pareto: pd.DataFrame, rk:
         iv = p["prediction_interval_us"]
         print(f"this host's predicted session ({p['predicted_by']}, 03): {fmt_us(p['predicted_latency_us'])}"
               + (f", interval {fmt_us(iv[0])}-{fmt_us(iv[1])}" if iv else ", no interval")
-              + (" (for the calibration's CPU: see 03's warning)" if p.get("other_cpu_note") else ""))
+              + (" (for the calibration's CPU: see 03's warning)" if p.get("other_cpu_note") else "")
+              + (" (for the calibration's thread count: see 03's warning)" if p.get("threads_note") else ""))
     v = summ["verdict"]
     print(f"splitting {'beats' if v['split_beats_both_latency'] else 'does NOT beat'} both single-device baselines on "
           f"latency ({'beats' if v['split_beats_both_energy'] else 'not'} on energy, "
