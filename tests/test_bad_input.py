@@ -1,4 +1,5 @@
 """Bad input: exit code 2, one clear line on stderr, no traceback, nothing written."""
+import json
 
 import numpy as np
 import onnx
@@ -67,6 +68,11 @@ def test_unknown_op(tmp_path):
     # 02: flagged, counted and listed (exit 0) ... or an error when asked to be strict
     r = run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path / "b")
     assert r.returncode == 0 and "UNKNOWN COST: 1 nodes" in r.stdout and "com.example:Frobnicate" in r.stdout
+    # 03 predicts with the baseline and says why the kernel model did not run (it said "run 03 with --model")
+    r = run_stage("03_merge_profile_metrics.py", "--model", model, "--results", tmp_path / "b", "--no-profile")
+    pred = json.loads((tmp_path / "b" / "merge_meta.json").read_text())["prediction"]
+    assert r.returncode == 0 and pred["predicted_by"] == "baseline" and "--model" not in r.stdout
+    assert pred["note_kernel_model"].startswith("kernel model not run, the baseline stands: ONNX Runtime cannot load")
     r = run_stage("02_shapes_flops_bytes.py", "--model", model, "--results", tmp_path / "c", "--fail-on-unknown")
     assert_clean_error(r, "com.example:Frobnicate")
     assert not (tmp_path / "c").exists()

@@ -217,9 +217,10 @@ def stage_prediction(df: pd.DataFrame, measured: bool, host: dict, rdir: Path, m
         # 01's kept optimized graph only beside the profile 03 accepted as this model's (never a stale one)
         pred = predict_session(graph, df, model, host, latency_model_file, info["predicted_latency_us"],
                                rdir if measured else None)
-        if graph is None and model and len(df) >= KERNEL_MODEL_MAX_NODES:
-            pred["note_kernel_model"] = (f"kernel model not run on {len(df):,} nodes (from "
-                                         f"{KERNEL_MODEL_MAX_NODES:,}): the baseline stands")
+        if graph is None and model and pred["predicted_by"] == "baseline":    # --model was given: say why not
+            pred["note_kernel_model"] = (
+                f"kernel model not run on {len(df):,} nodes (from {KERNEL_MODEL_MAX_NODES:,}): the baseline stands"
+                if len(df) >= KERNEL_MODEL_MAX_NODES else f"kernel model not run, the baseline stands: {fusion.removeprefix('none known (').removesuffix(')')}")
     except StageError as e:     # ORT cannot create a session for the optimized graph: the baseline stands
         pred = {"baseline_latency_us": info["predicted_latency_us"], "predicted_latency_us": info["predicted_latency_us"],
                 "interval_us": None, "predicted_by": "baseline", "note_kernel_model": str(e)}
