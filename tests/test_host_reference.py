@@ -86,11 +86,17 @@ def test_the_sweep_keeps_the_factor_and_the_prediction_at_the_calibration_speed(
     from lib.latency.kernel_model import load_kernel_model
     from lib.latency.sweep import kernel_model_columns
     tmp, lm, rdir, _ = referenced
-    c = {"predicted_us": 1.0}
-    kernel_model_columns(c, load_kernel_model(lm), load_host(CONFIGS / "host.yaml"), rdir, tmp / "m.onnx", [], None,
-                         None, lm)
+    c = {"predicted_us": 1.0, "predicted_kernel_us": 0.9}
+    km, host = load_kernel_model(lm), load_host(CONFIGS / "host.yaml")
+    kernel_model_columns(c, km, host, rdir, tmp / "m.onnx", [], None, None, lm)
     factor = json.loads((rdir / "profile_meta.json").read_text())["host_reference"]["factor"]
     assert c["predicted_by"] == "kernel model" and c["host_speed_factor"] == pytest.approx(factor)
+    # the kernel sum is the kernel model's too (it was the baseline's 0.9 beside the kernel model's session)
+    from lib.latency.predict import kernel_prediction, optimized_graph
+    from lib.onnx.loading import analysed
+    kp = kernel_prediction(km, analysed(rdir, tmp / "m.onnx")[0].graph, pd.read_csv(rdir / "ops_metrics.csv"),
+                           optimized_graph(tmp / "m.onnx", rdir), host)
+    assert c["predicted_kernel_us"] == pytest.approx(kp["per_kernel"]["pred_us"].sum() * factor)
     assert c["predicted_us"] == pytest.approx(c["calibration_host_us"] * factor) and c["baseline_us"] == 1.0
     c = {"predicted_us": 1.0}      # no kernel model: the baseline, and neither figure
     kernel_model_columns(c, None, {}, rdir, tmp / "m.onnx", [], None, None, lm)

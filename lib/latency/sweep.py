@@ -166,6 +166,8 @@ def kernel_model_columns(c: dict, km, host: dict, rdir: Path, model_path, overri
     c["predicted_us"], (c["predicted_lo_us"], c["predicted_hi_us"]) = p["predicted_latency_us"], p["interval_us"]
     c["calibration_host_us"] = p.get("calibration_host_latency_us", p["predicted_latency_us"])
     c["host_speed_factor"] = float("nan") if p["host_speed_factor"] is None else p["host_speed_factor"]
+    # the kernel model's own kernel sum beside its session (it was the baseline's: a row read as two models)
+    c["predicted_kernel_us"] = float(p["per_kernel"]["pred_us"].sum()) * (p["host_speed_factor"] or 1.0)
     c["predicted_by"] = "kernel model"
 
 
