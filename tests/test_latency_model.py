@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, small_cnn
+from conftest import REPO, make_model, small_cnn, tensor, weight
 from lib.errors import StageError
 from lib.latency import latency_model as lm
 
@@ -330,8 +330,8 @@ def test_sweep_refuses_a_fixed_batch_and_fills_B(tmp_path):
     from lib.latency import sweep
     path = tmp_path / "cnn.onnx"
     small_cnn(path)
-    assert sweep.fixed_batch(path) == {"x": 1}
-    with pytest.raises(StageError, match="FIXED batch.*--dynamic-batch"):
+    assert sweep.fixed_batch(path) == {"x": (0, 1)}
+    with pytest.raises(StageError, match=r"FIXED batch.*x\[0\]=1.*--dynamic-batch"):
         sweep.batch_overrides(path, 4, [], None, None)
     assert sweep.batch_overrides(path, 1, [], None, None) == ["x=1x3x32x32"]
     assert sweep.batch_overrides(path, 8, ["x=Bx3x32x32"], None, None) == ["x=8x3x32x32"]
@@ -342,6 +342,29 @@ def test_sweep_refuses_a_fixed_batch_and_fills_B(tmp_path):
     r = subprocess.run([sys.executable, "-m", "lib.latency.sweep", "--model", str(path), "--batches", "1", "2",
                         "--results", str(tmp_path / "res")], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "FIXED batch" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_sweep_sets_the_dim_named_batch(tmp_path):
+    """A sequence-first GRU (x [sequence, batch, 8], h0 [1, batch, 16]): the sweep set dim 0 (x's sequence length,
+    written as batch 4 with 4x the throughput) and refused h0[0]=1 as a fixed batch. The named dim is the batch;
+    with no batch name anywhere, dim 0 stays the batch and a note names what it is."""
+    from onnx import helper as h
+    from lib.latency import sweep
+    from lib.onnx.graph import load_model
+    path = tmp_path / "gru.onnx"
+    nodes = [h.make_node("GRU", ["x", "W", "R", "", "", "h0"], ["y", "hn"], hidden_size=16, name="gru")]
+    make_model(nodes, [tensor("x", ["sequence", "batch", 8]), tensor("h0", [1, "batch", 16])],
+               [tensor("hn", None)], [weight("W", (1, 48, 8)), weight("R", (1, 48, 16))], path=path)
+    assert sweep.fixed_batch(path) == {} and sweep.batch_axes(load_model(path)) == ({"x": 1, "h0": 1}, "")
+    wl = str(REPO / "configs" / "workload.yaml")
+    assert sweep.batch_overrides(path, 4, [], wl, None) == ["x=128x4x8 h0=1x4x16"]   # sequence: workload.yaml's 128
+    seq = tmp_path / "seq.onnx"
+    make_model([h.make_node("Relu", ["x"], ["y"], name="r")], [tensor("x", ["sequence", 8])], [tensor("y", None)],
+               path=seq)
+    axes, note = sweep.batch_axes(load_model(seq))
+    assert axes == {"x": 0} and note == ("no input names a batch dim (batch, batch_size, N): dim 0 is swept as the "
+                                         "batch (x[0] 'sequence'); write the batch dim as B in --shape-override to "
+                                         "choose it")
 
 
 def test_calibrate_quick_writes_a_model_that_loads_and_predicts(tmp_path):

@@ -173,10 +173,30 @@ def kernel_model_columns(c: dict, km, host: dict, rdir: Path, model_path, overri
 
 # ------------------------------------------------------------------ the sweep
 
+# workload.yaml's spellings of a batch dim: where an input names one, that axis is the batch (a sequence-first
+# RNN's x is [sequence, batch, features], a GRU's h0 [layers, batch, hidden]: dim 0 swept their sequence length or
+# was refused as a fixed batch)
+BATCH_DIM_NAMES = ("batch", "batch_size", "N")
+
+
+def batch_axes(model) -> tuple[dict[str, int | None], str]:
+    """Per real input, the axis the sweep sets to the batch: the dim named as one where any input names one
+    (inputs without one keep their shape), else dim 0 of every input, with a note where some dim 0 has another
+    name (the sweep then varies that dim)."""
+    dims = {i.name: list(i.type.tensor_type.shape.dim) for i in real_inputs(model)}
+    named = {n: next((k for k, d in enumerate(ds) if d.dim_param in BATCH_DIM_NAMES), None) for n, ds in dims.items()}
+    if any(v is not None for v in named.values()):
+        return named, ""
+    odd = [f"{n}[0] '{ds[0].dim_param}'" for n, ds in dims.items() if ds and ds[0].dim_param]
+    note = (f"no input names a batch dim ({', '.join(BATCH_DIM_NAMES)}): dim 0 is swept as the batch "
+            f"({', '.join(odd)}); write the batch dim as B in --shape-override to choose it") if odd else ""
+    return {n: 0 if ds else None for n, ds in dims.items()}, note
+
+
 def batch_overrides(model_path: str | Path, batch: int, user: list[str], workload: str | None,
                     preset: str | None) -> list[str]:
-    """--shape-override tokens for one batch: the user's with 'B' replaced, else dim 0 of every input = B.
-    A fixed (non-symbolic) batch dim that differs from B is refused with one clear line."""
+    """--shape-override tokens for one batch: the user's with 'B' replaced, else each input's batch axis
+    (batch_axes) = B. A fixed (non-symbolic) batch dim that differs from B is refused with one clear line."""
     if user:
         toks = [t.split("=", 1) for t in " ".join(user).replace(",", " ").split() if "=" in t]
         if not any("B" in dims for _, dims in toks):
@@ -186,32 +206,38 @@ def batch_overrides(model_path: str | Path, batch: int, user: list[str], workloa
                              f"{toks[0][1][toks[0][1].find('x'):] if 'x' in toks[0][1] else ''})")
         return [" ".join(f"{name}={dims.replace('B', str(batch))}" for name, dims in toks)]
     model = load_model(model_path)
-    shapes = _input_shapes(model, workload, preset)
-    fixed = []
-    toks = []
-    for inp in real_inputs(model):
-        dims = list(shapes[inp.name])
-        d0 = inp.type.tensor_type.shape.dim[0] if inp.type.tensor_type.shape.dim else None
-        if d0 is not None and d0.HasField("dim_value") and d0.dim_value > 0 and d0.dim_value != batch:
-            fixed.append(f"{inp.name}[0]={d0.dim_value}")
-        if dims:
-            dims[0] = batch
-        toks.append(f"{inp.name}={'x'.join(map(str, dims))}")
+    fixed = {k: v for k, v in fixed_batch(model_path).items() if v[1] != batch}
     if fixed:
-        raise StageError(f"{model_path} has a FIXED batch dimension ({', '.join(fixed)}): it cannot run at batch "
-                         f"{batch}. Re-export it with a symbolic batch: python -m lib.onnx.export_models NAME "
-                         f"{model_path} --dynamic-batch")
+        raise StageError(f"{model_path} has a FIXED batch dimension ({_dims(fixed)}): it cannot run at batch {batch}. "
+                         f"{RE_EXPORT}")
+    shapes = _input_shapes(model, workload, preset)
+    toks = []
+    for name, axis in batch_axes(model)[0].items():
+        dims = list(shapes[name])
+        if axis is not None:
+            dims[axis] = batch
+        toks.append(f"{name}={'x'.join(map(str, dims))}")
     return [" ".join(toks)]
 
 
-def fixed_batch(model_path: str | Path) -> dict[str, int]:
-    """Graph inputs whose dim 0 is a fixed number (empty when every batch dim is symbolic)."""
-    out = {}
-    for inp in real_inputs(load_model(model_path)):
-        dims = inp.type.tensor_type.shape.dim
-        if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0:
-            out[inp.name] = int(dims[0].dim_value)
+RE_EXPORT = ("Re-export it with a symbolic batch (this project's torchvision exports: python -m "
+             "lib.onnx.export_models NAME PATH --dynamic-batch), or give --shape-override with the batch dim as B")
+
+
+def fixed_batch(model_path: str | Path) -> dict[str, tuple[int, int]]:
+    """{input: (axis, value)} for inputs whose batch axis (batch_axes) is a fixed number (empty when every batch
+    dim is symbolic)."""
+    model = load_model(model_path)
+    axes, out = batch_axes(model)[0], {}
+    for inp in real_inputs(model):
+        d = inp.type.tensor_type.shape.dim[axes[inp.name]] if axes[inp.name] is not None else None
+        if d is not None and d.HasField("dim_value") and d.dim_value > 0:
+            out[inp.name] = (axes[inp.name], int(d.dim_value))
     return out
+
+
+def _dims(fixed: dict[str, tuple[int, int]]) -> str:
+    return ", ".join(f"{name}[{axis}]={v}" for name, (axis, v) in fixed.items())
 
 
 def model_roofline(model, host: str | Path | None = None) -> tuple[dict, float]:
@@ -233,11 +259,13 @@ def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_ov
     spreads a slow spell over all batches instead of landing it on one."""
     fixed = fixed_batch(model_path)
     if fixed and not user_overrides:
-        bad = [b for b in batches if any(b != v for v in fixed.values())]
+        bad = [b for b in batches if any(b != v for _, v in fixed.values())]
         if bad:
-            raise StageError(f"{model_path} has a FIXED batch dimension ({', '.join(f'{k}[0]={v}' for k, v in fixed.items())}"
-                             f"): batches {bad} cannot run. Re-export with a symbolic batch: "
-                             f"python -m lib.onnx.export_models NAME {model_path} --dynamic-batch")
+            raise StageError(f"{model_path} has a FIXED batch dimension ({_dims(fixed)}): batches {bad} cannot run. "
+                             f"{RE_EXPORT}")
+    note = batch_axes(load_model(model_path))[1]
+    if note and not user_overrides:
+        print(f"note: {note}")
     latency_model = latency_model or CONFIGS / "latency_model.yaml"
     model, km = load_latency_model(latency_model), load_kernel_model(latency_model)
     host_cfg = load_host(host or CONFIGS / "host.yaml")

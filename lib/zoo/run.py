@@ -33,7 +33,8 @@ def cached(rdir: Path, key: str) -> dict | None:
 
 
 def shape_args(e: Entry) -> str:
-    """The --shape-override text of an entry: its own, or (batch list) every input's dim 0 set to the batch."""
+    """The --shape-override text of an entry: its own, or (batch list) each input's batch axis set to the batch
+    (lib/latency/sweep.py batch_axes)."""
     if e.batch is None:
         return e.shape_override
     return batch_overrides(REPO / e.model, e.batch, [e.shape_override] if e.shape_override else [],
