@@ -216,8 +216,10 @@ def _node_bytes(ins, outs, consts, sget, tget, consumers, outputs) -> tuple:
             act_out += info.nbytes
     if not written and outs:
         info = tget(outs[0])
-        return act_in, (None if info is None or info.nbytes is None else info.nbytes), w
-    return act_in, act_out, w
+        act_out = None if info is None or info.nbytes is None else info.nbytes
+    # a kernel that writes only empty tensors (batch 0) reads none of its weights: a resnet18 conv at batch 0 ran
+    # 8.75 us against a 47 us "bound" of its 9.4 MB of weights, and 03 said the host was under-measured
+    return act_in, act_out, (0 if act_out == 0 and outs else w)
 
 
 ROW_BLOCK = 1024
