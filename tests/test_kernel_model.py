@@ -236,6 +236,25 @@ def test_an_if_whose_branch_is_known_is_predicted_as_that_branchs_kernels(tmp_pa
         assert "If" not in set(kt["op"]) and dict(zip(kt["node"], kt["macs"])) == want, kt[["kernel", "op", "macs"]]
 
 
+def test_a_loop_of_known_trips_is_predicted_as_its_bodys_kernels_per_iteration(tmp_path):
+    """Loop(M=3) over h @ W: one never-seen 'Loop' kernel was predicted at 2x the body's time x 3. Its body's
+    kernels replace it, once per iteration (8 x 64 x 64 MACs each)."""
+    rng = np.random.default_rng(0)
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["h_in", "W"], ["h_out"], name="mm"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep")], "body",
+        [tensor("i", [], TensorProto.INT64), tensor("cond_in", [], TensorProto.BOOL), tensor("h_in", [8, 64])],
+        [tensor("cond_out", [], TensorProto.BOOL), tensor("h_out", [8, 64])])
+    nodes = [helper.make_node("Loop", ["M", "c0", "x"], ["y"], name="loop", body=body)]
+    path = tmp_path / "loop.onnx"
+    make_model(nodes, [tensor("x", [8, 64])], [tensor("y", [8, 64])],
+               [numpy_helper.from_array(np.array(3, np.int64), "M"), numpy_helper.from_array(np.array(True), "c0"),
+                numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "W")], path=path)
+    r = profile_record(path, "loop", "t", load_host("configs/host.yaml"), runs=2, warmup=1)
+    kt = kernel_table(r["graph"], r["metrics"], r["optimized"])
+    assert "Loop" not in set(kt["op"]) and kt.loc[kt["node"] == "mm", "macs"].tolist() == [8 * 64 * 64] * 3
+
+
 def qdq_conv(path, quantize_output=True, weights=np.int8):
     """DequantizeLinear(x uint8), DequantizeLinear(W int8, or `weights`) -> Conv [-> QuantizeLinear]."""
     s, z8, zu = (numpy_helper.from_array(np.array(v, dtype=t), n) for v, t, n in
