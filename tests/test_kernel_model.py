@@ -460,7 +460,8 @@ def test_scores_count_the_measured_inside_the_interval():
     """Three models by hand: errors +4%, -20%, +8%; the measured latency inside the interval for the first and
     the third (on its upper end), outside for the second."""
     df = pd.DataFrame({"model": ["a", "b", "c"], "family": ["x", "x", "y"], "measured_us": [100.0, 200.0, 50.0],
-                       "predicted_us": [104.0, 160.0, 54.0], "lo_us": [90.0, 150.0, 40.0], "hi_us": [110.0, 190.0, 50.0]})
+                       "predicted_us": [104.0, 160.0, 54.0], "lo_us": [90.0, 150.0, 40.0],
+                       "hi_us": [110.0, 190.0, 50.0]})
     sc = km.scores(df)
     assert sc["all"]["n"] == 3 and sc["all"]["within_5"] == pytest.approx(1 / 3)
     assert sc["all"]["within_10"] == pytest.approx(2 / 3) and sc["all"]["mape"] == pytest.approx(0.32 / 3)

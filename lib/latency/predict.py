@@ -218,9 +218,10 @@ def stage_prediction(df: pd.DataFrame, measured: bool, host: dict, rdir: Path, m
         pred = predict_session(graph, df, model, host, latency_model_file, info["predicted_latency_us"],
                                rdir if measured else None)
         if graph is None and model and pred["predicted_by"] == "baseline":    # --model was given: say why not
+            why = fusion.removeprefix("none known (").removesuffix(")")      # ORT's error: it cannot load the model
             pred["note_kernel_model"] = (
                 f"kernel model not run on {len(df):,} nodes (from {KERNEL_MODEL_MAX_NODES:,}): the baseline stands"
-                if len(df) >= KERNEL_MODEL_MAX_NODES else f"kernel model not run, the baseline stands: {fusion.removeprefix('none known (').removesuffix(')')}")
+                if len(df) >= KERNEL_MODEL_MAX_NODES else f"kernel model not run, the baseline stands: {why}")
     except StageError as e:     # ORT cannot create a session for the optimized graph: the baseline stands
         pred = {"baseline_latency_us": info["predicted_latency_us"], "predicted_latency_us": info["predicted_latency_us"],
                 "interval_us": None, "predicted_by": "baseline", "note_kernel_model": str(e)}

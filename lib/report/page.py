@@ -148,7 +148,8 @@ def prediction_text(merge: dict | None, missing: str = "merge_meta.json is missi
     by, iv = pred.get("predicted_by", "?"), pred.get("interval_us")
     how = "baseline: efficiency model" if by == "baseline" else by + (f", interval {_ms_range(*iv)}" if iv else "")
     err = _signed_pct(pred.get("error"))
-    text = f"{ms(pred['predicted_latency_us'])} ({how})" + (f", {err} vs measured" if err else "" if pred.get("threads_note") else ", no measured session")
+    scored = f", {err} vs measured" if err else "" if pred.get("threads_note") else ", no measured session"
+    text = f"{ms(pred['predicted_latency_us'])} ({how})" + scored
     if by != "baseline" and _num(pred.get("baseline_latency_us")) is not None:
         b = _signed_pct(pred.get("baseline_error"))
         text += f"; baseline (efficiency model) {ms(pred['baseline_latency_us'])}" + (f" ({b})" if b else "")
