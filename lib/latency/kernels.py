@@ -33,7 +33,7 @@ from lib.analysis.roofline import kernel_node_bytes
 from lib.latency.profiling import (LAYOUT_KERNELS, VIEW_KERNELS, attribute, base_op, is_mac_kernel, kernel_times,
                                     name_nodes, name_unnamed_kernels)
 from lib.onnx.control_flow import if_branch, loop_trips
-from lib.onnx.graph import subgraph_view
+from lib.onnx.graph import CONTROL_FLOW, subgraph_view
 from lib.onnx.metrics import INT_MAC_OPS, INT_TYPES, QDQ_FUSED, dequantized, node_metrics
 from lib.onnx.ops import REGISTRY, names_with
 from lib.onnx.underflow import exp_nodes
@@ -376,7 +376,7 @@ def with_taken_branches(g, metrics: pd.DataFrame, kt: pd.DataFrame, optimized: o
     -97%). Nested Ifs the same way (their conditions from the values the Graph knows). A Loop of known trip count
     the same, its body's kernels once per iteration (as one never-seen 'Loop' kernel: 10.06 ms for 3 iterations of
     a conv measured 4.71 ms)."""
-    cf = np.flatnonzero(np.isin(kt["op"].to_numpy(object), ["If", "Loop"]))
+    cf = np.flatnonzero(np.isin(kt["op"].to_numpy(object), list(CONTROL_FLOW)))
     if not len(cf) or optimized is None:
         return kt
     opt = {n.name: n for n in name_nodes(optimized).graph.node}
@@ -391,8 +391,8 @@ def with_taken_branches(g, metrics: pd.DataFrame, kt: pd.DataFrame, optimized: o
             note = notes.get(kt.at[i, "node"], "")
             times, branch = 1, (if_branch(node, g)
                                 or next((b for b in ("then_branch", "else_branch") if note == f"{b} taken"), None))
-        else:
-            times, branch = loop_trips(node, g), "body"
+        else:       # a Scan stays one kernel
+            times, branch = (loop_trips(node, g), "body") if node.op_type == "Loop" else (None, None)
         ran = opt.get(kt.at[i, "kernel"])
         if branch is None or ran is None or times is None or times > MAX_UNROLLED_TRIPS:
             continue
