@@ -206,7 +206,7 @@ def batch_overrides(model_path: str | Path, batch: int, user: list[str], workloa
                              f"{toks[0][1][toks[0][1].find('x'):] if 'x' in toks[0][1] else ''})")
         return [" ".join(f"{name}={dims.replace('B', str(batch))}" for name, dims in toks)]
     model = load_model(model_path)
-    fixed = {k: v for k, v in fixed_batch(model_path).items() if v[1] != batch}
+    fixed = {k: v for k, v in _fixed_axes(model).items() if v[1] != batch}
     if fixed:
         raise StageError(f"{model_path} has a FIXED batch dimension ({_dims(fixed)}): it cannot run at batch {batch}. "
                          f"{RE_EXPORT}")
@@ -227,7 +227,10 @@ RE_EXPORT = ("Re-export it with a symbolic batch (this project's torchvision exp
 def fixed_batch(model_path: str | Path) -> dict[str, tuple[int, int]]:
     """{input: (axis, value)} for inputs whose batch axis (batch_axes) is a fixed number (empty when every batch
     dim is symbolic)."""
-    model = load_model(model_path)
+    return _fixed_axes(load_model(model_path))
+
+
+def _fixed_axes(model) -> dict[str, tuple[int, int]]:
     axes, out = batch_axes(model)[0], {}
     for inp in real_inputs(model):
         d = inp.type.tensor_type.shape.dim[axes[inp.name]] if axes[inp.name] is not None else None
@@ -257,13 +260,14 @@ def sweep(model_path: str | Path, batches: list[int], *, runs: int = 10, user_ov
     """rounds: measure every batch this many times, the batches in turn (1 2 4 8 16 1 2 4 ...), and keep the
     median of the rounds: a shared machine's speed drifts by tens of percent within minutes, and interleaving
     spreads a slow spell over all batches instead of landing it on one."""
-    fixed = fixed_batch(model_path)
+    onnx_model = load_model(model_path)         # read once for the checks (batch_overrides reads it per batch)
+    fixed = _fixed_axes(onnx_model)
     if fixed and not user_overrides:
         bad = [b for b in batches if any(b != v for _, v in fixed.values())]
         if bad:
             raise StageError(f"{model_path} has a FIXED batch dimension ({_dims(fixed)}): batches {bad} cannot run. "
                              f"{RE_EXPORT}")
-    note = batch_axes(load_model(model_path))[1]
+    note = batch_axes(onnx_model)[1]
     if note and not user_overrides:
         print(f"note: {note}")
     latency_model = latency_model or CONFIGS / "latency_model.yaml"
