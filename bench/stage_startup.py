@@ -24,7 +24,8 @@ sys.path.insert(0, str(REPO))
 
 STAGES = [  # (script, its arguments after --model/--results), in `make all` order
     ("02_shapes_flops_bytes.py", ["--workload", "configs/workload.yaml"]),
-    ("01_profile_onnx.py", ["--workload", "configs/workload.yaml", "--runs", "1"]),
+    ("01_profile_onnx.py", ["--workload", "configs/workload.yaml", "--runs", "1", "--sessions", "1",
+                            "--no-host-reference"]),  # one session: its start-up, not its measuring
     ("03_merge_profile_metrics.py", ["--host", "configs/host.yaml", "--latency-model", "configs/latency_model.yaml"]),
     ("04_critical_path.py", []),
     ("05_energy_estimate.py", ["--host", "configs/host.yaml", "--offload", "configs/offload.yaml"]),
