@@ -382,11 +382,43 @@ def test_fp16_kernels_ort_runs_in_fp32_and_a_channels_last_qlinearconv(tmp_path)
     assert row["macs"] == 4 * 6 * 6 * 3 * 9 and not row["layout"]
 
 
+def test_integer_kernels_of_a_qdq_model_are_typed_and_sized_as_they_run(tmp_path):
+    """A QDQ model's MaxPool and Add run as ORT's NhwcMaxPool and QLinearAdd on uint8 tensors: they were typed
+    by the float nodes they anchor on (QLinearAdd/float, flagged never seen on make calibrate's own resnet18_qdq,
+    where a QOperator export's same kernel is QLinearAdd/uint8), at 4 bytes per element."""
+    from lib.latency.predict import optimized_graph
+    s, z8, zu = (numpy_helper.from_array(np.array(v, dtype=t), n) for v, t, n in
+                 ((0.1, np.float32, "s"), (0, np.int8, "z8"), (128, np.uint8, "zu")))
+    w = numpy_helper.from_array(np.ones((8, 8, 3, 3), np.int8), "Wq")
+
+    def dq(i, o):
+        return helper.make_node("DequantizeLinear", [i, "s", "z8" if i == "Wq" else "zu"], [o], name="dq_" + o)
+
+    def q(i, o):
+        return helper.make_node("QuantizeLinear", [i, "s", "zu"], [o], name="q_" + o)
+    nodes = [dq("xq", "x"), dq("Wq", "W"), helper.make_node("Conv", ["x", "W"], ["c"], name="conv", pads=[1] * 4),
+             q("c", "cq"), dq("cq", "cd"),
+             helper.make_node("MaxPool", ["cd"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+             q("p", "pq"), dq("pq", "pd"), dq("yq", "y"), helper.make_node("Add", ["pd", "y"], ["a"], name="add"),
+             q("a", "aq")]
+    path = tmp_path / "qdq.onnx"
+    g = graph_of(make_model(nodes, [tensor("xq", [1, 8, 16, 16], TensorProto.UINT8),
+                                    tensor("yq", [1, 8, 8, 8], TensorProto.UINT8)],
+                            [tensor("aq", [1, 8, 8, 8], TensorProto.UINT8)], [s, z8, zu, w], opset=19, path=path))
+    kt = kernel_table(g, node_metrics(g), optimized_graph(path)).set_index("op")
+    assert kt.loc["NhwcMaxPool", "compute_dtype"] == kt.loc["QLinearAdd", "compute_dtype"] == "uint8"
+    # the pool's tensors ORT renamed: 1x8x16x16 in, 1x8x8x8 out, one byte each; the add's kept their names: its
+    # two uint8 inputs (and 15 bytes of scales and zero points), its uint8 output
+    assert kt.loc["NhwcMaxPool", ["act_in_bytes", "act_out_bytes"]].tolist() == [2048, 512]
+    assert kt.loc["QLinearAdd", ["act_in_bytes", "act_out_bytes"]].tolist() == [2 * 512 + 3 * 4 + 3 * 1, 512]
+    assert (kt.loc["Transpose", "compute_dtype"] == "uint8").all()          # the layout ORT inserts around it
+
+
 def test_kernel_types_of_an_fp16_model_are_the_same_from_01s_kept_graph(tmp_path):
     """01 keeps ORT's optimized graph with weights over 64 KiB stripped: ORT refused to load that copy, so the
     fp16 conv it runs in fp32 kept its fp16 type once 01 had run (make calibrate's resnet18_fp16 was then flagged
     'never seen' for all of its time, and predicted 10% slower than without 01)."""
-    from lib.latency.kernels import executed_float_types
+    from lib.latency.kernels import executed_types
     from lib.latency.predict import optimized_graph
     path = tmp_path / "h.onnx"
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
@@ -397,8 +429,8 @@ def test_kernel_types_of_an_fp16_model_are_the_same_from_01s_kept_graph(tmp_path
     assert r.returncode == 0, r.stderr
     kept = onnx.load(str(tmp_path / "r" / "profile" / "ort_optimized.onnx"), load_external_data=False)
     assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in kept.graph.initializer)
-    fresh = executed_float_types(optimized_graph(path))
-    assert "float" in fresh.values() and executed_float_types(kept) == fresh
+    fresh = executed_types(optimized_graph(path))
+    assert ("float", "float") in fresh.values() and executed_types(kept) == fresh
 
 
 def test_rounds_of_a_training_model_merge_into_medians(tmp_path):

@@ -89,10 +89,10 @@ def optimized_kernels(optimized: onnx.ModelProto) -> tuple[list[str], dict[str, 
     return [n.name for n in nodes], {n.name: n.op_type for n in nodes}
 
 
-def executed_float_types(optimized: onnx.ModelProto | None) -> dict[str, str]:
-    """{kernel: 'float'} for each kernel of the optimized graph whose first input ORT types as fp32 (ORT infers
-    every tensor's type when it loads the graph with each one declared as an output). Empty when ORT cannot
-    load it (the declared dtypes then stand)."""
+def executed_types(optimized: onnx.ModelProto | None) -> dict[str, tuple[str, str]]:
+    """{kernel: (its first input's type, its first output's type)} for each kernel of the optimized graph, as ORT
+    types them ('float', 'uint8' ...; ORT infers every tensor's type when it loads the graph with each one declared
+    as an output). Empty when ORT cannot load it (the declared dtypes then stand)."""
     import onnxruntime as ort
     if optimized is None:
         return {}
@@ -118,12 +118,31 @@ def executed_float_types(optimized: onnx.ModelProto | None) -> dict[str, str]:
                                                               providers=["CPUExecutionProvider"]).get_outputs()}
     except Exception:  # noqa: BLE001 - an optimized graph this ORT cannot reload (another host's NCHWc ops)
         return {}
-    types.update({t.name: "tensor(float)" for t in m.graph.initializer if t.data_type == onnx.TensorProto.FLOAT})
-    types.update({i.name: "tensor(float)" for i in m.graph.input
-                  if i.type.tensor_type.elem_type == onnx.TensorProto.FLOAT})
+    # ORT's names ('tensor(float16)'), as TensorProto spells them in lower case
+    name = {i: onnx.TensorProto.DataType.Name(i).lower() for i in onnx.TensorProto.DataType.values()}
+    elem = {t: v.removeprefix("tensor(").removesuffix(")") for t, v in types.items()}
+    elem.update({t.name: name[t.data_type] for t in kept})
+    elem.update({i.name: name[i.type.tensor_type.elem_type] for i in m.graph.input if i.type.tensor_type.elem_type})
     names, _ = optimized_kernels(optimized)
-    return {k: "float" for k, n in zip(names, optimized.graph.node)
-            if n.input and types.get(n.input[0]) == "tensor(float)"}
+    return {k: (elem.get(n.input[0], "") if n.input else "", elem.get(n.output[0], "") if n.output else "")
+            for k, n in zip(names, optimized.graph.node)}
+
+
+def _as_run(row: dict, op: str, types: tuple[str, str], own: tuple[str, float, float] | None) -> dict:
+    """What a kernel row changes to as ORT runs it (module docstring): an fp16 kernel ORT runs on fp32 tensors
+    moves twice its bytes in float; a kernel on 8-bit tensors in and out (a QDQ model's QLinearAdd, NhwcMaxPool, a
+    Transpose ORT inserts) is of that integer type and moves 8-bit elements (it was typed by the float Add it
+    anchors on, at 4 bytes per element, and flagged never seen, while a QOperator export's same kernel is uint8)."""
+    if row["compute_dtype"] == "float16" and types[0] == "float":
+        return {"compute_dtype": "float", **{c: 2 * row[c] for c in FP32_BYTES}}
+    if types[0] in INT_TYPES and types[1] in INT_TYPES and row["compute_dtype"] != types[0] and not is_mac_kernel(op):
+        if op in VIEW_KERNELS:
+            return {"compute_dtype": types[0]}
+        if own is not None and own[0]:      # tensors ORT kept the names of: their own sizes
+            return {"compute_dtype": types[0], "act_in_bytes": own[1], "act_out_bytes": own[2], "bytes": own[1] + own[2]}
+        # renamed ones (a QLinearAdd's inputs come from kernels ORT fused): the float nodes' bytes at 1 per element
+        return {"compute_dtype": types[0], **{c: row[c] / 4 for c in FP32_BYTES}}
+    return {}
 
 
 def output_copies(optimized: onnx.ModelProto | None) -> set[str]:
@@ -318,7 +337,7 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
         per_run, shapes = [], {}
     att = attribute(g, optimized, names)
     m = _metric_arrays(g, metrics)
-    runs_float = executed_float_types(optimized) if (m["compute_dtype"] == "float16").any() else {}
+    runs = executed_types(optimized) if np.isin(m["compute_dtype"], ["float16", *INT_TYPES]).any() else {}
     groups = _groups(att, len(g.nodes))
     owner = _group_owners(names, ops, att["anchor"])
     own = _own_tensors(g, optimized)
@@ -354,8 +373,7 @@ def kernel_table(g, metrics: pd.DataFrame, optimized: onnx.ModelProto | None, ev
         if k in copies:     # reads its tensor and writes it
             nb = row["act_out_bytes"] or own.get(k, ("", 0.0, 0.0))[2]
             row.update(act_in_bytes=nb, act_out_bytes=nb, bytes=2 * nb)
-        if row["compute_dtype"] == "float16" and k in runs_float:      # what ORT runs (module docstring)
-            row.update(compute_dtype="float", **{c: 2 * row[c] for c in FP32_BYTES})
+        row.update(_as_run(row, op, runs.get(k, ("", "")), own.get(k)))
         ts = np.array([r.get(k, 0.0) for r in per_run], dtype=float)
         ins, outs = shapes.get(k, ("", ""))
         rows.append({"kernel": k, "op": f"Nchwc{op}" if k in blocked else op, **row, "out_numel": _numel(row["dims"]),
