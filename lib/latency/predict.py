@@ -168,18 +168,19 @@ ORT_SLOW_NODES = 20_000     # from here ONNX Runtime's session creation takes lo
 KERNEL_MODEL_MAX_NODES = 20_000     # larger graphs keep the baseline (stage 03 stays fast at 200k nodes)
 
 
-def _graph_and_fusions(df: pd.DataFrame, measured: bool, rdir: Path, model) -> tuple[object, str]:
-    """02's inferred graph (None without --model) and where the fusions come from; without a profile, ORT's
-    fusions from its optimized graph are written into df's attribution/fused_into."""
+def _graph_and_fusions(df: pd.DataFrame, measured: bool, rdir: Path, model) -> tuple[object, str, str]:
+    """02's inferred graph (None without --model), where the fusions come from, and ORT's error where it cannot
+    load the model; without a profile, ORT's fusions from its optimized graph are written into df's
+    attribution/fused_into."""
     fusion = "01's attribution" if measured else "none known (no profile and no --model)"
     if not model:
-        return None, fusion
+        return None, fusion, ""
     if not measured and len(df) >= ORT_SLOW_NODES:
         print(f"note: ONNX Runtime optimizes the {len(df):,}-node graph to find its fusions; its optimizer is "
               f"superlinear (37 s at 50k nodes on 2 cores, over 10 min at 200k): leave out --model to predict "
               f"without fusions", flush=True)
     if measured and len(df) >= KERNEL_MODEL_MAX_NODES:
-        return None, fusion
+        return None, fusion, ""
     graph = analysed(rdir, model)[0].graph
     if not measured:
         try:
@@ -188,8 +189,8 @@ def _graph_and_fusions(df: pd.DataFrame, measured: bool, rdir: Path, model) -> t
             fusion = "ORT's optimized graph"
         except StageError as e:     # a custom op ORT lacks: 02's costs stand, the prediction assumes no fusion
             print(f"note: no fusion known for the prediction, every node counted: {e}")
-            return None, f"none known ({e})"
-    return graph, fusion
+            return None, f"none known ({e})", str(e)
+    return graph, fusion, ""
 
 
 def baseline_host(host: dict, latency_model_file) -> dict:
@@ -205,7 +206,7 @@ def stage_prediction(df: pd.DataFrame, measured: bool, host: dict, rdir: Path, m
                      metas: dict) -> tuple[pd.DataFrame, dict]:
     """Stage 03: t_pred_us per node (the baseline efficiency model, fused nodes 0) and merge_meta's
     `prediction`: the kernel model's session latency with its interval, the baseline beside it."""
-    graph, fusion = _graph_and_fusions(df, measured, rdir, model)
+    graph, fusion, ort_error = _graph_and_fusions(df, measured, rdir, model)
     fixed = with_folded_run_bytes(graph, df) if graph is not None else df
     if fixed is not df:         # 02 charged 0 bytes to folded nodes that ORT runs all the same
         df = roofline(fixed, host)
@@ -218,10 +219,9 @@ def stage_prediction(df: pd.DataFrame, measured: bool, host: dict, rdir: Path, m
         pred = predict_session(graph, df, model, host, latency_model_file, info["predicted_latency_us"],
                                rdir if measured else None)
         if graph is None and model and pred["predicted_by"] == "baseline":    # --model was given: say why not
-            why = fusion.removeprefix("none known (").removesuffix(")")      # ORT's error: it cannot load the model
             pred["note_kernel_model"] = (
                 f"kernel model not run on {len(df):,} nodes (from {KERNEL_MODEL_MAX_NODES:,}): the baseline stands"
-                if len(df) >= KERNEL_MODEL_MAX_NODES else f"kernel model not run, the baseline stands: {why}")
+                if len(df) >= KERNEL_MODEL_MAX_NODES else f"kernel model not run, the baseline stands: {ort_error}")
     except StageError as e:     # ORT cannot create a session for the optimized graph: the baseline stands
         pred = {"baseline_latency_us": info["predicted_latency_us"], "predicted_latency_us": info["predicted_latency_us"],
                 "interval_us": None, "predicted_by": "baseline", "note_kernel_model": str(e)}
