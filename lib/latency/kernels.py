@@ -141,7 +141,9 @@ def _as_run(row: dict, op: str, types: tuple[str, str], own: tuple[str, float, f
         if own is not None and own[0]:      # tensors ORT kept the names of: their own sizes
             return {"compute_dtype": types[0], "act_in_bytes": own[1], "act_out_bytes": own[2], "bytes": own[1] + own[2]}
         # renamed ones (a QLinearAdd's inputs come from kernels ORT fused): the float nodes' bytes at 1 per element
-        return {"compute_dtype": types[0], **{c: row[c] / 4 for c in FP32_BYTES}}
+        size = onnx.helper.tensor_dtype_to_np_dtype(getattr(onnx.TensorProto, row["compute_dtype"].upper(),
+                                                            onnx.TensorProto.FLOAT)).itemsize
+        return {"compute_dtype": types[0], **{c: row[c] / size for c in FP32_BYTES}}
     return {}
 
 
