@@ -34,8 +34,8 @@ def add_flags(p) -> None:
     p.add_argument("--diagram", default="auto", choices=["auto", "dot", "matplotlib", "none"],
                    help="diagram renderer: Graphviz dot when installed (auto), matplotlib, or none")
     p.add_argument("--external-data", choices=["link", "copy"], default="link",
-                   help="reach external weight data by hardlink (else copy; default) or always copy (a folder "
-                        "onnx.load also accepts: it refuses hardlinked data)")
+                   help="external weight data: one copy that the other split folders hardlink to (default; never "
+                        "a link to your file), or a copy per folder (a folder onnx.load also accepts)")
     p.add_argument("--left-nodes", metavar="JSON", help="also export this node set on device A (a JSON list of node "
                    "names, predecessor-closed) as splits/custom/, validated like the others")
     p.add_argument("--benchmark-set", metavar="DIR", help="also gather the splits, a benchmark_suite.py and the paper assets in DIR")

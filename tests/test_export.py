@@ -90,8 +90,11 @@ def test_external_data_model_splits_and_validates(tmp_path):
     rep = pipeline(src / "ext.onnx", tmp_path / "r", "--boundary", "2", "5", "--diagram", "none")
     assert rep["all_pass"]
     folder = tmp_path / "r" / "splits" / "b2"
-    assert os.stat(folder / "ext.onnx.data").st_ino == os.stat(src / "ext.onnx.data").st_ino   # a hardlink
-    assert rep["splits"][0]["external_data"] == {"ext.onnx.data": "hardlink"}
+    # one copy, that the other folders hardlink to; never a link to the user's file (onnx.load then refused the
+    # user's own model as a "hardlink attack")
+    assert [s["external_data"] for s in rep["splits"]] == [{"ext.onnx.data": "copy"}, {"ext.onnx.data": "hardlink"}]
+    assert os.stat(src / "ext.onnx.data").st_nlink == 1 and onnx.load(str(src / "ext.onnx")).graph.initializer
+    assert os.path.samefile(folder / "ext.onnx.data", tmp_path / "r" / "splits" / "b5" / "ext.onnx.data")
     p2 = onnx.load(str(folder / "part2.onnx"), load_external_data=False)
     assert all(t.data_location == onnx.TensorProto.EXTERNAL for t in p2.graph.initializer)
     moved = tmp_path / "moved"                                              # the folder is self-contained

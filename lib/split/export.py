@@ -168,6 +168,7 @@ class SplitExporter:
     def __init__(self, model_path: str | Path, g: Graph, external_data: str = "link"):
         self.path = Path(model_path)
         self.mode = external_data
+        self.shared: dict[str, Path] = {}    # {external-data location: the first folder's copy} (link_external_data)
         self.g = g
         self.consts = constant_tensors(g)
         try:
@@ -208,7 +209,7 @@ class SplitExporter:
         out_dir.mkdir(parents=True, exist_ok=True)
         links: dict[str, str] = {}
         for name, m in parts.items():
-            for loc, how in link_external_data(m, self.path.parent, out_dir, self.mode).items():
+            for loc, how in link_external_data(m, self.path.parent, out_dir, self.mode, self.shared).items():
                 links.setdefault(loc, how)   # the first part to need a file says how it was linked
             check_part(m, f"boundary {b}: {name}.onnx")
             tmp = out_dir / f".{name}.onnx.tmp"
@@ -295,7 +296,7 @@ class SplitExporter:
             tmp = out_dir / f".{EXACT_REFERENCE}.tmp"
             onnx.save(store_cut_tensors(self.model, narrow), str(tmp))
             os.replace(tmp, exact)
-        for loc, how in link_external_data(self.model, self.path.parent, out_dir, self.mode).items():
+        for loc, how in link_external_data(self.model, self.path.parent, out_dir, self.mode, self.shared).items():
             links.setdefault(loc, how)
 
     def narrow_cut_tensors(self, parts: dict[str, onnx.ModelProto]) -> dict[str, int]:
@@ -344,28 +345,39 @@ def _location(t: onnx.TensorProto) -> str | None:
     return next((e.value for e in t.external_data if e.key == "location"), None)
 
 
-def link_external_data(model: onnx.ModelProto, src_dir: Path, dst_dir: Path, mode: str = "link") -> dict[str, str]:
-    """Make each external-data file reachable from dst_dir: hardlink (no extra disk), else copy; last resort
-    rewrite the location to an absolute path (not portable). Returns {location: how}.
+def link_external_data(model: onnx.ModelProto, src_dir: Path, dst_dir: Path, mode: str = "link",
+                       shared: dict[str, Path] | None = None) -> dict[str, str]:
+    """Make each external-data file reachable from dst_dir: a copy, that the other folders of the run hardlink to
+    (mode 'link': `shared` holds the first copy of each location; no extra disk past one copy), else a copy of
+    their own; last resort rewrite the location to an absolute path (not portable). Returns {location: how}.
 
-    No symlinks: ONNX Runtime 1.31 refuses external data behind a symlink ("External data path validation
-    failed"), and onnx >= 1.19's Python loader refuses both symlinks and hardlinks; `--external-data copy`
-    gives a folder that onnx.load accepts too."""
-    how = {}
+    Never a hardlink to the user's own file: onnx >= 1.19's loader refuses external data with several links as a
+    "hardlink attack", and after make all onnx.load refused the user's model itself (hunt19). No symlinks: ONNX
+    Runtime 1.31 refuses external data behind one ("External data path validation failed"). The split folders'
+    files are hardlinked to each other: `--external-data copy` gives folders that onnx.load accepts too."""
+    how, shared = {}, {} if shared is None else shared
     for loc in sorted({loc for t in all_tensors(model.graph) if (loc := _location(t))}):
         src, dst = src_dir / loc, dst_dir / loc
         if not src.exists():
             raise StageError(f"external data file {src} (referenced by the model) not found")
+        first = shared.get(loc) if mode == "link" else None
+        if first is not None and dst.exists() and dst.samefile(first):
+            how[loc] = "hardlink"
+            continue
+        if dst.exists() and not dst.samefile(src) and _same_file_bytes(dst, src) and first is None \
+                and (mode == "link" or dst.stat().st_nlink == 1):
+            how[loc] = "copy"           # this copy from an earlier run: the same size and time as the model's
+            shared[loc] = dst
+            continue
         if dst.exists() or dst.is_symlink():
-            if dst.samefile(src):
-                how[loc] = "hardlink"
-                continue
-            dst.unlink()  # a re-export: never keep a stale copy of re-exported weights
+            dst.unlink()  # a re-export, or an older run's hardlink to the user's file: never a stale copy
         dst.parent.mkdir(parents=True, exist_ok=True)
-        for method, fn in ((("hardlink", os.link),) if mode == "link" else ()) + (("copy", shutil.copy2),):
+        for method, fn in ((("hardlink", lambda _, d: os.link(first, d)),) if first is not None else ()) + \
+                (("copy", shutil.copy2),):
             try:
                 fn(src, dst)
                 how[loc] = method
+                shared.setdefault(loc, dst)
                 break
             except OSError:
                 continue
@@ -377,6 +389,12 @@ def link_external_data(model: onnx.ModelProto, src_dir: Path, dst_dir: Path, mod
                         e.value = str(src.resolve())
             how[loc] = "absolute"
     return how
+
+
+def _same_file_bytes(a: Path, b: Path) -> bool:
+    """A copy made by shutil.copy2 of b that is still current: the same size and modification time (rsync's test)."""
+    sa, sb = a.stat(), b.stat()
+    return sa.st_size == sb.st_size and sa.st_mtime_ns == sb.st_mtime_ns
 
 
 def check_part(m: onnx.ModelProto, what: str) -> None:

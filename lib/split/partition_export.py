@@ -48,7 +48,7 @@ def _save(exporter: SplitExporter, parts: dict, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     links: dict[str, str] = {}
     for name, m in parts.items():
-        for loc, how in link_external_data(m, exporter.path.parent, out_dir, exporter.mode).items():
+        for loc, how in link_external_data(m, exporter.path.parent, out_dir, exporter.mode, exporter.shared).items():
             links.setdefault(loc, how)
         check_part(m, f"{out_dir.name}: {name}.onnx")
         onnx.save(m, str(out_dir / f"{name}.onnx"))
