@@ -214,25 +214,34 @@ def test_randn_like_model_splits_compose_exactly(tmp_path, dynamo):
     assert runner(folder).returncode == 0
 
 
-def test_a_bfloat16_cut_tensor_is_exchanged_and_compared(tmp_path):
-    """An fp32 MLP rounding its activations to bfloat16 (Cast pairs): numpy has no bfloat16, and ONNX Runtime's run
-    cannot return one: every split cut at a bf16 tensor failed ("No corresponding Numpy type"). The parts exchange
-    it through OrtValues; the composition is exact, the cut tensor compared by its values; run_split.py too."""
+@pytest.mark.parametrize("low", ["bfloat16", "float8e4m3fn", "int4"])
+def test_a_cut_tensor_of_a_type_numpy_lacks_is_exchanged_and_compared(tmp_path, low):
+    """An fp32 MLP rounding its activations to bfloat16 (Cast pairs), or quantizing them to float8 or int4 (a
+    QuantizeLinear -> DequantizeLinear pair, opset 21): numpy has none of these types, and ONNX Runtime's run cannot
+    return them (a float8 one comes back as uint8 bits): every split cut there failed ("No corresponding Numpy
+    type"; the next part refused uint8), though the parts composed exactly. The parts exchange it through OrtValues;
+    the composition is exact, the cut tensor compared by its values; run_split.py too."""
     T = onnx.TensorProto
     rng = np.random.default_rng(0)
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"], name="mm1"),
-             helper.make_node("Cast", ["a"], ["a16"], to=T.BFLOAT16, name="to_bf16"),
-             helper.make_node("Cast", ["a16"], ["a32"], to=T.FLOAT, name="to_fp32"),
+    to, back = {"bfloat16": (helper.make_node("Cast", ["a"], ["a16"], to=T.BFLOAT16, name="to_low"),
+                             helper.make_node("Cast", ["a16"], ["a32"], to=T.FLOAT, name="back")),
+                "float8e4m3fn": (helper.make_node("QuantizeLinear", ["a", "s", "z8"], ["a16"], name="to_low"),
+                                 helper.make_node("DequantizeLinear", ["a16", "s", "z8"], ["a32"], name="back")),
+                "int4": (helper.make_node("QuantizeLinear", ["a", "s", "z4"], ["a16"], name="to_low"),
+                         helper.make_node("DequantizeLinear", ["a16", "s", "z4"], ["a32"], name="back"))}[low]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"], name="mm1"), to, back,
              helper.make_node("Relu", ["a32"], ["r"], name="relu"),
              helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
     inits = [onnx.numpy_helper.from_array(rng.standard_normal(sh).astype(np.float32), n)
-             for n, sh in (("w1", (32, 64)), ("w2", (64, 8)))]
+             for n, sh in (("w1", (32, 64)), ("w2", (64, 8)))] + \
+        [onnx.numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+         helper.make_tensor("z8", T.FLOAT8E4M3FN, [], [0.0]), helper.make_tensor("z4", T.INT4, [], [0])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [8, 32])],
                               [helper.make_tensor_value_info("y", T.FLOAT, [8, 8])], inits)
-    model = tmp_path / "bf16.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(model))
+    model = tmp_path / "low.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10), str(model))
     rdir = tmp_path / "r"
-    rep = pipeline(model, rdir, lambda bd: list(bd.loc[bd["after_node"] == "to_bf16", "boundary"]))
+    rep = pipeline(model, rdir, lambda bd: list(bd.loc[bd["after_node"] == "to_low", "boundary"]))
     (s,) = rep["splits"]
     assert rep["all_pass"] and s["exactness"]["outputs"]["y"]["max_abs_diff"] == 0.0, s
     (cut,) = s["cut_tensors"].values()

@@ -51,25 +51,29 @@ DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(do
           "tensor(bool)": np.bool_}
 
 
-BF16 = "tensor(bfloat16)"
-BF16_EPS = 2.0 ** -7        # numpy has no bfloat16: its tensors are float32 arrays here, their exact values
+# types numpy lacks: ORT's run cannot return them as numpy arrays (a split whose cut tensor was bfloat16 failed "No
+# corresponding Numpy type"; a float8 one came back as uint8 bits and was refused by the next part, an int4 one failed:
+# the parts composed exactly all the same). {ORT type: (ONNX element type, ml_dtypes type, bits per element)}; here
+# their tensors are arrays of their values (float32; int8/uint8 for the 4-bit integers), moved as OrtValues
+NO_NUMPY = {"tensor(bfloat16)": (16, "bfloat16", 16), "tensor(float8e4m3fn)": (17, "float8_e4m3fn", 8),
+            "tensor(float8e4m3fnuz)": (18, "float8_e4m3fnuz", 8), "tensor(float8e5m2)": (19, "float8_e5m2", 8),
+            "tensor(float8e5m2fnuz)": (20, "float8_e5m2fnuz", 8), "tensor(uint4)": (21, "uint4", 4),
+            "tensor(int4)": (22, "int4", 4), "tensor(float4e2m1)": (23, "float4_e2m1fn", 4)}
 
 
 def runner_for(sess):
-    """feeds, names=None -> sess.run(names, feeds), bfloat16 tensors included (ORT's run cannot return them as numpy
-    arrays: a split whose cut tensor was bfloat16 failed "No corresponding Numpy type"): such a tensor is a float32
-    array of its values, fed as an OrtValue of its bits and read back from the bits of the OrtValue ORT returns.
-    The session's types are read once here, not at every timed run."""
+    """feeds, names=None -> sess.run(names, feeds), with tensors of the types numpy lacks (NO_NUMPY) fed and read
+    back as OrtValues of their bits. The session's types are read once here, not at every timed run."""
     ins = {i.name: i.type for i in sess.get_inputs()}
-    if BF16 not in ins.values() and all(o.type != BF16 for o in sess.get_outputs()):
+    if not any(t in NO_NUMPY for t in [*ins.values(), *(o.type for o in sess.get_outputs())]):
         return lambda feeds, names=None: sess.run(names, feeds)
     import onnxruntime as ort
 
-    def run_bf16(feeds, names=None):
-        vals = {k: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(_bf16_bits(v), 16) if ins.get(k) == BF16
+    def run_bits(feeds, names=None):
+        vals = {k: _to_ortvalue(v, ins[k]) if ins.get(k) in NO_NUMPY
                 else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()}
-        return [_bf16_values(r) if r.data_type() == BF16 else r.numpy() for r in sess.run_with_ort_values(names, vals)]
-    return run_bf16
+        return [_values(r) if r.data_type() in NO_NUMPY else r.numpy() for r in sess.run_with_ort_values(names, vals)]
+    return run_bits
 
 
 def run(sess, feeds, names=None):
@@ -82,25 +86,60 @@ def outputs(sess, env) -> dict:
     return dict(zip([o.name for o in sess.get_outputs()], run(sess, {i.name: env[i.name] for i in sess.get_inputs()})))
 
 
-def _bf16_bits(v):
-    """A float array's values as bfloat16 bits (round to nearest even)."""
-    b = np.ascontiguousarray(v, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+def _ml_dtype(name):
+    try:
+        import ml_dtypes     # onnx's dependency; the types numpy lacks
+    except ImportError:
+        fail(f"a tensor of type {name} needs the ml_dtypes package (pip install ml_dtypes)")
+    return getattr(ml_dtypes, name)
 
 
-def _bf16_values(ortvalue):
+def _to_ortvalue(v, ort_type):
+    """An array of values as an OrtValue of ort_type's bits (rounded to nearest even; 4-bit ones packed two per
+    byte, the first in the low nibble)."""
     import ctypes
-    n = int(np.prod(ortvalue.shape(), dtype=np.int64))
-    bits = np.ctypeslib.as_array(ctypes.cast(ortvalue.data_ptr(), ctypes.POINTER(ctypes.c_uint16)), shape=(n,)) \
-        if n else np.zeros(0, np.uint16)
-    return (bits.astype(np.uint32) << 16).view(np.float32).reshape(ortvalue.shape()).copy()
+    import onnxruntime as ort
+    et, name, bits = NO_NUMPY[ort_type]
+    v = np.asarray(v)
+    code = np.ascontiguousarray(v.astype(_ml_dtype(name))).view(np.uint16 if bits == 16 else np.uint8).ravel()
+    if bits == 4:
+        code = np.pad(code & 0xF, (0, code.size % 2))
+        code = (code[0::2] | (code[1::2] << 4)).astype(np.uint8)
+    out = ort.OrtValue.ortvalue_from_shape_and_type(list(v.shape), et)
+    if code.nbytes:
+        ctypes.memmove(out.data_ptr(), code.ctypes.data, code.nbytes)
+    return out
+
+
+def _values(ortvalue):
+    """The values of an OrtValue of a type numpy lacks: float32 (int8/uint8 for int4/uint4)."""
+    import ctypes
+    _, name, bits = NO_NUMPY[ortvalue.data_type()]
+    shape = ortvalue.shape()
+    n = int(np.prod(shape, dtype=np.int64))
+    nbytes = (n * bits + 7) // 8
+    raw = np.ctypeslib.as_array(ctypes.cast(ortvalue.data_ptr(), ctypes.POINTER(ctypes.c_uint8)), shape=(nbytes,)) \
+        .copy() if nbytes else np.zeros(0, np.uint8)
+    if bits == 4:
+        raw = np.stack([raw & 0xF, raw >> 4], axis=1).ravel()[:n]
+    vals = raw.view(np.uint16 if bits == 16 else np.uint8).view(_ml_dtype(name))
+    wide = np.int8 if name == "int4" else np.uint8 if name == "uint4" else np.float32
+    return vals.astype(wide).reshape(shape)
 
 
 def stored_eps(sess, values):
-    """The float types part outputs are stored in (eps of each; bfloat16 outputs are float32 arrays here)."""
+    """The float types part outputs are stored in (eps of each; those of the types numpy lacks are float32 arrays
+    here: their own type's eps)."""
     types = {o.name: o.type for o in sess.get_outputs()}
-    return [BF16_EPS if types.get(k) == BF16 else float(np.finfo(v.dtype).eps) for k, v in values.items()
-            if isinstance(v, np.ndarray) and (types.get(k) == BF16 or np.issubdtype(v.dtype, np.floating))]
+    eps = []
+    for k, v in values.items():
+        t = NO_NUMPY.get(types.get(k))
+        if t is not None and t[1] not in ("int4", "uint4"):
+            import ml_dtypes
+            eps.append(float(ml_dtypes.finfo(getattr(ml_dtypes, t[1])).eps))
+        elif t is None and isinstance(v, np.ndarray) and np.issubdtype(v.dtype, np.floating):
+            eps.append(float(np.finfo(v.dtype).eps))
+    return eps
 
 
 def fail(msg):
