@@ -21,7 +21,7 @@ def relu_mul(path, **edit):
     if "inits" in edit:
         inits = edit["inits"](inits)
     inputs = edit.get("inputs", [tensor("x", [1, 4])])
-    m = make_model(nodes, inputs, [tensor("y", None)], inits)
+    m = make_model(nodes, inputs, [tensor("y", None)], inits, **({"opset": edit["opset"]} if "opset" in edit else {}))
     onnx.save(m, str(path))
     return path
 
@@ -194,17 +194,18 @@ def test_random_inputs_past_memory_are_refused(tmp_path):
     refused(tmp_path, path, "x", "smaller --shape-override", stage="01_profile_onnx.py")
 
 
-def test_a_bfloat16_graph_input_is_refused_with_a_way_out(tmp_path):
-    """A bfloat16 input: refused in one line that says why and what to do, drawn at random or given in an npz (the
-    advice was "pass --inputs-npz", and an npz could not hold one: |V2 refused)."""
-    path = relu_mul(tmp_path / "m.onnx", inputs=[helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [1, 4])],
+@pytest.mark.parametrize("elem, name", [(TensorProto.BFLOAT16, "bfloat16"), (TensorProto.FLOAT8E4M3FN, "float8_e4m3fn")])
+def test_a_low_bit_graph_input_is_refused_with_a_way_out(tmp_path, elem, name):
+    """A bfloat16 or float8 input: refused in one line that says why and what to do, drawn at random or given in an
+    npz (the advice was "pass --inputs-npz", and an npz could not hold one: |V2 or |V1 refused)."""
+    path = relu_mul(tmp_path / "m.onnx", inputs=[helper.make_tensor_value_info("x", elem, [1, 4])], opset=21,
                     nodes=lambda ns: [helper.make_node("Cast", ["x"], ["c"], to=TensorProto.FLOAT, name="cast"),
                                       helper.make_node("Relu", ["c"], ["r"], name="relu"), ns[1]])
-    refused(tmp_path, path, "input x is bfloat16", "keep_io_types", stage="01_profile_onnx.py")
+    refused(tmp_path, path, f"input x is {name}", "keep_io_types", stage="01_profile_onnx.py")
     npz = tmp_path / "x.npz"
     np.savez(npz, x=np.zeros((1, 4), np.float32))
     r = run_stage("02_shapes_flops_bytes.py", "--model", path, "--results", tmp_path / "r2", "--inputs-npz", npz)
-    assert_clean_error(r, "input x is bfloat16")
+    assert_clean_error(r, f"input x is {name}")
 
 
 def test_external_reference_seen_in_the_light_bytes(tmp_path):

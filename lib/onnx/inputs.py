@@ -235,10 +235,20 @@ def resolve_input_shapes(model: onnx.ModelProto, spec: InputSpec) -> dict[str, l
     return shapes
 
 
-# numpy has no bfloat16: an npz cannot hold one (ml_dtypes' arrays are saved as raw |V2), nor can ORT's run take one
-BF16_INPUT = ("input {} is bfloat16, which numpy has no type for (an npz saves it as raw bytes, ORT's Python run takes "
-              "none): not supported as a graph input; export the model with float32 inputs (a Cast to bfloat16 "
-              "inside, as onnxconverter-common's keep_io_types does)")
+# numpy has no bfloat16, float8, int4 ... (ml_dtypes' types): an npz cannot hold one (it saves them as raw |V2 or
+# |V1 bytes), nor can ORT's run take one (a float8 input said "pass --inputs-npz", which no npz could satisfy)
+LOW_BIT_INPUT = ("input {} is {}, which numpy has no type for (an npz saves it as raw bytes, ORT's Python run takes "
+                 "none): not supported as a graph input; export the model with float32 inputs (a Cast or a "
+                 "QuantizeLinear inside, as onnxconverter-common's keep_io_types does)")
+
+
+def low_bit_type(elem_type: int) -> str | None:
+    """The name of an element type that numpy lacks (bfloat16, float8_e4m3fn, int4 ...: ml_dtypes' types)."""
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception:  # noqa: BLE001 - an element type onnx does not know
+        return None
+    return dtype.name if dtype.type.__module__.startswith("ml_dtypes") else None
 
 
 def _check_arrays(inputs: list[onnx.ValueInfoProto], arrays: dict[str, np.ndarray], where: str) -> None:
@@ -248,8 +258,8 @@ def _check_arrays(inputs: list[onnx.ValueInfoProto], arrays: dict[str, np.ndarra
     if stray:
         raise StageError(f"--inputs-npz {where} has {stray}, which name no graph input (inputs: {sorted(types)})")
     for n, a in arrays.items():
-        if types[n] == onnx.TensorProto.BFLOAT16:
-            raise StageError(BF16_INPUT.format(n))
+        if low_bit_type(types[n]):
+            raise StageError(LOW_BIT_INPUT.format(n, low_bit_type(types[n])))
         try:
             want = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(types[n])) if types[n] else None
         except Exception:  # noqa: BLE001 - an element type numpy has no dtype for: ORT judges
@@ -279,8 +289,8 @@ def make_feeds(model: onnx.ModelProto, shapes: dict[str, list[int]], spec: Input
             feeds[inp.name] = arrays[inp.name]
             continue
         et = inp.type.tensor_type.elem_type
-        if et == onnx.TensorProto.BFLOAT16:
-            raise StageError(BF16_INPUT.format(inp.name))
+        if low_bit_type(et):
+            raise StageError(LOW_BIT_INPUT.format(inp.name, low_bit_type(et)))
         try:
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(et))
         except Exception:  # noqa: BLE001 - an element type onnx does not know
