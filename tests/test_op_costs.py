@@ -386,3 +386,32 @@ def test_dft_deform_conv_col2im_and_rotary_embedding():
     r = _row([rope], [tensor("x", [1, 4, 32]), tensor("pos", [1, 4], TensorProto.INT64)],
              [weight("cos", (16, 16)), weight("sin", (16, 16))], {"": 17, "com.microsoft": 1}, "op")
     assert r["flops"] == 3 * 4 * 32 and r["cost_known"]
+
+
+def test_contrib_quantization_ops_and_tensor_scatter():
+    """quantize_static's 4-bit QDQ (ORT's com.microsoft Quantize/DequantizeLinear), quantize_dynamic's fused
+    QEmbedLayerNormalization and opset 24's TensorScatter (a KV cache's rows written in place) were of unknown cost
+    (07: 45% and 30% of device A's time counted 0 FLOPs): the standard ops' formulas, and 0 FLOPs for the scatter."""
+    import numpy as np
+    from onnx import numpy_helper
+    ms = {"": 24, "com.microsoft": 1}
+    scale, zp = numpy_helper.from_array(np.array(0.1, np.float32), "s"), helper.make_tensor("z", TensorProto.INT4, [], [0])
+    dq = helper.make_node("DequantizeLinear", ["w", "s", "z"], ["y"], name="dq", domain="com.microsoft")
+    r = _row([dq], [], [helper.make_tensor("w", TensorProto.INT4, [64], [1] * 64), scale, zp], ms, "dq")
+    assert r["cost_known"] and r["flops"] == 2 * 64          # scale and shift per element, as the standard op
+    ids = [tensor("ids", [1, 8], TensorProto.INT32), tensor("seg", [1, 8], TensorProto.INT32)]
+    u8 = [numpy_helper.from_array(np.zeros(sh, np.uint8), n) for n, sh in
+          (("we", (20, 16)), ("pe", (16, 16)), ("se", (2, 16)), ("gamma", (16,)), ("beta", (16,)))]
+    qs = [numpy_helper.from_array(np.array(v, t), n) for n, v, t in (("sc", 0.1, np.float32), ("zu", 0, np.uint8))]
+    embed = helper.make_node("QEmbedLayerNormalization", ["ids", "seg", "we", "pe", "se", "gamma", "beta", "",
+                                                          *["sc"] * 5, *["zu"] * 5], ["out", "mask_index"],
+                             name="qembed", domain="com.microsoft")
+    m = helper.make_model(helper.make_graph([embed], "g", ids, [tensor("out", [1, 8, 16])], u8 + qs),
+                          opset_imports=[helper.make_opsetid(d, v) for d, v in ms.items()])
+    m.ir_version = 10
+    r = node_metrics(graph_of(m)).set_index("node").loc["qembed"]
+    assert r["cost_known"] and r["flops"] == 10 * 8 * 16     # EmbedLayerNormalization's 10 per output element
+    scatter = helper.make_node("TensorScatter", ["cache", "upd", "pos"], ["new"], name="scatter")
+    r = _row([scatter], [tensor("cache", [1, 4, 16, 8]), tensor("upd", [1, 4, 1, 8]),
+                         tensor("pos", [1], TensorProto.INT64)], [], ms, "scatter")
+    assert r["cost_known"] and r["flops"] == 0 and r["act_out_bytes"] == 4 * 16 * 8 * 4

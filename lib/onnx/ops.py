@@ -609,6 +609,7 @@ register("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", 
          "Optional", "OptionalGetElement", "OptionalHasElement", "CumSum", "Unique",
          "CumProd", "MaxUnpool", "CenterCropPad", "BitCast", "SequenceErase", "com.microsoft:Trilu",
          "com.microsoft:Unique", "StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
+         "TensorScatter",       # opset 24: a KV cache's rows written in place (ORT copies the cache)
          op_class="data_movement", per_element=0)(_free)
 register("Shape", "Size", "Constant", "ConstantOfShape", "Range", op_class="shape", per_element=0)(_free)
 SHAPE_OPS = {k for k, op in REGISTRY.items() if op.op_class == "shape"}
@@ -764,7 +765,10 @@ for _key, _of in {"com.microsoft:Gelu": "Gelu", "com.microsoft:QLinearAdd": "Add
                   "com.microsoft:QLinearSigmoid": "Sigmoid", "com.microsoft:QLinearLeakyRelu": "LeakyRelu",
                   "com.microsoft:QLinearSoftmax": "Softmax", "com.microsoft:BiasAdd": "Add",
                   "com.microsoft:QLinearConcat": "Concat", "com.microsoft:QLinearGlobalAveragePool": "GlobalAveragePool",
-                  "com.microsoft:QLinearAveragePool": "AveragePool"}.items():
+                  "com.microsoft:QLinearAveragePool": "AveragePool",
+                  # quantize_static's 4-bit QDQ nodes (QInt4 weights) and quantize_dynamic's fused BERT embedding
+                  "com.microsoft:QuantizeLinear": "QuantizeLinear", "com.microsoft:DequantizeLinear": "DequantizeLinear",
+                  "com.microsoft:QEmbedLayerNormalization": "com.microsoft:EmbedLayerNormalization"}.items():
     alias(_key, _of)
 flag("com.microsoft:QLinearSoftmax", softmax_exp=False)     # its exponential: a lookup table of the 256 codes
 
