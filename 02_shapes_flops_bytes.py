@@ -49,7 +49,8 @@ def report(path, shapes, s, note) -> None:
         print(f"  string tensors: {strings} nodes read or write strings, whose shapes are known but not their bytes "
               f"(act_in/out_bytes empty, bytes_known=False)")
     if s["unknown_cost_nodes"]:
-        print(f"  UNKNOWN COST: {s['unknown_cost_nodes']} nodes (flops/macs empty, cost_known=False): "
+        n = s["unknown_cost_nodes"]
+        print(f"  UNKNOWN COST: {n} node{'s' if n != 1 else ''} (flops/macs empty, cost_known=False): "
               + ", ".join(f"{k} x{v}" for k, v in s["unknown_cost_ops"].items()))
     else:
         print("  unknown-cost ops: none")

@@ -743,7 +743,7 @@ def print_summary(df: pd.DataFrame, top: pd.DataFrame, pareto: pd.DataFrame, rk:
               f"{summ[f'all_on_{k}_energy_j'] * 1e3:.2f} mJ, {summ[f'all_on_{k}_throughput_per_s'] or 0:.1f}/s")
     u = summ.get("unknown_cost_nodes") or {}
     if u.get("nodes"):
-        print(f"note: {u['nodes']} nodes of unknown cost ({100 * u['share_of_a_time']:.0f}% of device A's time) count "
+        print(f"note: {u['nodes']} node{'s' if u['nodes'] != 1 else ''} of unknown cost ({100 * u['share_of_a_time']:.0f}% of device A's time) count "
               f"0 FLOPs on a modelled device: its times, and the advice that rests on them, are optimistic there")
     p = summ.get("host_prediction") or {}
     if p:
