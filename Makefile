@@ -109,10 +109,18 @@ models/resnet50.onnx: lib/onnx/export_models.py | $(VENV)
 	$(PY) -m lib.onnx.export_models resnet50 $@
 	$(if $(filter $@,$(MODEL)),mkdir -p $(R) && printf '%s\n' "$(call SPEC_OF,$$(stat -L -c '%s %Y %i' $@))" > $(SPEC_STAMP))
 
+# the latency model's host reference models, built locally once where missing (make calibrate builds them too):
+# without them a fresh clone's prediction was for the calibration host's speed, not this minute's
+HOST_REF := $(if $(findstring --no-host-reference,$(PROFILE_ARGS)),,models/train/.host_reference)
+models/train/.host_reference: $(LATENCY_MODEL) | $(VENV)
+	mkdir -p $(@D)
+	$(PY) -m lib.latency.host_reference $(LATENCY_MODEL)
+	touch $@
+
 # 01 runs after 02 (order-only) so that profiling never shares the cores with another stage under make -j
 # 01 measures the latency model's host reference beside the model: a new calibration measures again
 $(R)/ops_latency.csv: $(MODEL) 01_profile_onnx.py $(LIB) $(WORKLOAD) $(SPEC_STAMP) $(PROFILE_STAMP) $(LATENCY_MODEL) \
-		$(R)/.path_WORKLOAD $(R)/.path_LATENCY_MODEL | $(VENV) $(R)/ops_metrics.csv
+		$(R)/.path_WORKLOAD $(R)/.path_LATENCY_MODEL | $(VENV) $(R)/ops_metrics.csv $(HOST_REF)
 	$(if $(PROFILE_LOCK),flock -x $(PROFILE_LOCK) .venv/bin/python,$(PY)) 01_profile_onnx.py --model $(MODEL) --results $(R) --workload $(WORKLOAD) --runs $(RUNS) --latency-model $(LATENCY_MODEL) $(PROFILE_ARGS) $(SPEC_ARGS)
 
 $(R)/ops_metrics.csv: $(MODEL) 02_shapes_flops_bytes.py $(LIB) $(WORKLOAD) $(SPEC_STAMP) $(R)/.path_WORKLOAD | $(VENV)
