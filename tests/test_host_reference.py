@@ -260,3 +260,25 @@ def test_03_does_not_score_a_prediction_for_another_thread_count(tmp_path):
         assert pred["error"] is None and pred["baseline_error"] is None and pred["measured_latency_us"] > 0
         assert f"warning: {pred['threads_note']}" in r.stdout and "vs the measured session" not in r.stdout
         assert pred["threads_note"] in prediction_text({"prediction": pred}, "")
+
+
+def test_make_all_builds_the_missing_host_reference_models(tmp_path):
+    """A fresh clone has no models/train: its make all measured no host reference and predicted for the calibration
+    host's speed (ResNet-50 +20% against the session, +1% with the reference). make builds the latency model's
+    reference models first, unless 01 is told not to measure them."""
+    from test_integrity import make
+    path = tmp_path / "t" / "gru2.onnx"
+    doc = {"kernel_model": {"host_reference": {"threads": 0, "models": [
+        {"model": "gru2", "path": str(path), "session_us": 100.0}]}}}
+    lm = tmp_path / "lm.yaml"
+    lm.write_text(yaml.safe_dump(doc))
+    model = tmp_path / "m.onnx"
+    small_cnn(model)
+    base = [f"MODEL={model}", f"R={tmp_path / 'r'}", f"LATENCY_MODEL={lm}"]
+    build = f"-m lib.latency.host_reference {lm}"
+    assert build in make("-n", "all", *base, "PROFILE_ARGS=").stdout
+    assert build not in make("-n", "all", *base, "PROFILE_ARGS=--no-host-reference").stdout
+    assert host_reference.build_missing(lm) == ["gru2"] and path.exists()
+    assert host_reference.build_missing(lm) == []
+    ref, why = host_reference.load(lm)
+    assert why == "" and ref["files"]["gru2"] == path

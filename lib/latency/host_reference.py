@@ -23,6 +23,7 @@ from lib.errors import StageError
 from lib.latency import host_probe
 from lib.latency.profiling import profile_model
 from lib.latency.training import training_inputs
+from lib.latency.training_models import build
 
 # The float32 conv and transformer families, each by a model of its median size: the host's speed moves
 # differently for small and large models, and the fastest model of the 4 fastest families (gru2, keras_mbv2,
@@ -93,7 +94,6 @@ def build_missing(latency_model_file) -> list[str]:
     """Build the latency model's host reference models that are not there (locally, random weights, as make
     calibrate built them): a fresh clone's `make all` measured no host reference and predicted for the calibration
     host's speed (ResNet-50 +20% on a host running fast). Returns the models built."""
-    from lib.latency.training_models import build
     built = []
     for m in _section(Path(latency_model_file)).get("models", []):
         path = REPO / m["path"]
