@@ -83,7 +83,7 @@ def load(latency_model_file) -> tuple[dict | None, str]:
     ref = _section(path)
     if not ref.get("models"):
         return None, f"no host reference in {path} (make calibrate writes one)"
-    files = {m["model"]: REPO / m["path"] for m in ref["models"]}
+    files = _files(ref)
     missing = [str(p) for p in files.values() if not p.exists()]
     if missing:
         return None, f"host reference models missing ({', '.join(missing[:2])}): make calibrate builds them"
@@ -95,18 +95,23 @@ def build_missing(latency_model_file) -> list[str]:
     calibrate built them): a fresh clone's `make all` measured no host reference and predicted for the calibration
     host's speed (ResNet-50 +20% on a host running fast). Returns the models built."""
     built = []
-    for m in _section(Path(latency_model_file)).get("models", []):
-        path = REPO / m["path"]
-        if not path.exists():
-            print(f"building the host reference model {m['model']} (once: 01 measures it beside your model) "
-                  f"-> {path}", flush=True)
-            try:
-                build(m["model"], path.parent)
-                built.append(m["model"])
-            except Exception as e:  # noqa: BLE001 - the analysis goes on: 01 then says the reference is missing
-                print(f"note: could not build {m['model']} ({type(e).__name__}: {str(e)[:200]}): 01 measures no "
-                      f"host reference", flush=True)
+    for model, path in _files(_section(Path(latency_model_file))).items():
+        if path.exists():
+            continue
+        print(f"building the host reference model {model} (once: 01 measures it beside your model) -> {path}",
+              flush=True)
+        try:
+            build(model, path.parent)
+            built.append(model)
+        except Exception as e:  # noqa: BLE001 - the analysis goes on: 01 then says the reference is missing
+            print(f"note: could not build {model} ({type(e).__name__}: {str(e)[:200]}): 01 measures no host "
+                  f"reference", flush=True)
     return built
+
+
+def _files(ref: dict) -> dict[str, Path]:
+    """{model: its file} of a host reference section (paths relative to the repository, or absolute)."""
+    return {m["model"]: REPO / m["path"] for m in ref.get("models", [])}
 
 
 def add_arguments(p) -> None:

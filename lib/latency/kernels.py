@@ -33,9 +33,10 @@ from lib.analysis.roofline import kernel_node_bytes
 from lib.latency.profiling import (LAYOUT_KERNELS, VIEW_KERNELS, attribute, base_op, is_mac_kernel, kernel_times,
                                     name_nodes, name_unnamed_kernels)
 from lib.onnx.control_flow import if_branch, loop_trips
-from lib.onnx.graph import CONTROL_FLOW, subgraph_view
+from lib.onnx.graph import CONTROL_FLOW, dtype_name, subgraph_view
 from lib.onnx.metrics import INT_MAC_OPS, INT_TYPES, QDQ_FUSED, dequantized, node_metrics
 from lib.onnx.ops import REGISTRY, names_with
+from lib.onnx.reader import elem_size
 from lib.onnx.underflow import exp_nodes
 
 KERNEL_COLUMNS = ["kernel", "op", "pattern", "node", "nodes", "n_nodes", "flops", "macs", "weight_bytes",
@@ -118,11 +119,11 @@ def executed_types(optimized: onnx.ModelProto | None) -> dict[str, tuple[str, st
                                                               providers=["CPUExecutionProvider"]).get_outputs()}
     except Exception:  # noqa: BLE001 - an optimized graph this ORT cannot reload (another host's NCHWc ops)
         return {}
-    # ORT's names ('tensor(float16)'), as TensorProto spells them in lower case
-    name = {i: onnx.TensorProto.DataType.Name(i).lower() for i in onnx.TensorProto.DataType.values()}
+    # ORT's names ('tensor(float16)') are TensorProto's in lower case (dtype_name)
     elem = {t: v.removeprefix("tensor(").removesuffix(")") for t, v in types.items()}
-    elem.update({t.name: name[t.data_type] for t in kept})
-    elem.update({i.name: name[i.type.tensor_type.elem_type] for i in m.graph.input if i.type.tensor_type.elem_type})
+    elem.update({t.name: dtype_name(t.data_type) for t in kept})
+    elem.update({i.name: dtype_name(i.type.tensor_type.elem_type) for i in m.graph.input
+                 if i.type.tensor_type.elem_type})
     names, _ = optimized_kernels(optimized)
     return {k: (elem.get(n.input[0], "") if n.input else "", elem.get(n.output[0], "") if n.output else "")
             for k, n in zip(names, optimized.graph.node)}
@@ -139,10 +140,10 @@ def _as_run(row: dict, op: str, types: tuple[str, str], own: tuple[str, float, f
         if op in VIEW_KERNELS:
             return {"compute_dtype": types[0]}
         if own is not None and own[0]:      # tensors ORT kept the names of: their own sizes
-            return {"compute_dtype": types[0], "act_in_bytes": own[1], "act_out_bytes": own[2], "bytes": own[1] + own[2]}
+            return {"compute_dtype": types[0], "act_in_bytes": own[1], "act_out_bytes": own[2],
+                    "bytes": own[1] + own[2]}
         # renamed ones (a QLinearAdd's inputs come from kernels ORT fused): the float nodes' bytes at 1 per element
-        size = onnx.helper.tensor_dtype_to_np_dtype(getattr(onnx.TensorProto, row["compute_dtype"].upper(),
-                                                            onnx.TensorProto.FLOAT)).itemsize
+        size = elem_size(getattr(onnx.TensorProto, row["compute_dtype"].upper(), onnx.TensorProto.FLOAT)) or 4
         return {"compute_dtype": types[0], **{c: row[c] / size for c in FP32_BYTES}}
     return {}
 

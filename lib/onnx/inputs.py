@@ -258,8 +258,8 @@ def _check_arrays(inputs: list[onnx.ValueInfoProto], arrays: dict[str, np.ndarra
     if stray:
         raise StageError(f"--inputs-npz {where} has {stray}, which name no graph input (inputs: {sorted(types)})")
     for n, a in arrays.items():
-        if low_bit_type(types[n]):
-            raise StageError(LOW_BIT_INPUT.format(n, low_bit_type(types[n])))
+        if low := low_bit_type(types[n]):
+            raise StageError(LOW_BIT_INPUT.format(n, low))
         try:
             want = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(types[n])) if types[n] else None
         except Exception:  # noqa: BLE001 - an element type numpy has no dtype for: ORT judges
@@ -289,8 +289,8 @@ def make_feeds(model: onnx.ModelProto, shapes: dict[str, list[int]], spec: Input
             feeds[inp.name] = arrays[inp.name]
             continue
         et = inp.type.tensor_type.elem_type
-        if low_bit_type(et):
-            raise StageError(LOW_BIT_INPUT.format(inp.name, low_bit_type(et)))
+        if low := low_bit_type(et):
+            raise StageError(LOW_BIT_INPUT.format(inp.name, low))
         try:
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(et))
         except Exception:  # noqa: BLE001 - an element type onnx does not know

@@ -86,12 +86,17 @@ def outputs(sess, env) -> dict:
     return dict(zip([o.name for o in sess.get_outputs()], run(sess, {i.name: env[i.name] for i in sess.get_inputs()})))
 
 
-def _ml_dtype(name):
+def _ml_dtypes(name):
+    """The ml_dtypes package (onnx's dependency: the types numpy lacks), for a tensor of type `name`."""
     try:
-        import ml_dtypes     # onnx's dependency; the types numpy lacks
+        import ml_dtypes
     except ImportError:
         fail(f"a tensor of type {name} needs the ml_dtypes package (pip install ml_dtypes)")
-    return getattr(ml_dtypes, name)
+    return ml_dtypes
+
+
+def _ml_dtype(name):
+    return getattr(_ml_dtypes(name), name)
 
 
 def _to_ortvalue(v, ort_type):
@@ -135,8 +140,7 @@ def stored_eps(sess, values):
     for k, v in values.items():
         t = NO_NUMPY.get(types.get(k))
         if t is not None and t[1] not in ("int4", "uint4"):
-            import ml_dtypes
-            eps.append(float(ml_dtypes.finfo(getattr(ml_dtypes, t[1])).eps))
+            eps.append(float(_ml_dtypes(t[1]).finfo(_ml_dtype(t[1])).eps))
         elif t is None and isinstance(v, np.ndarray) and np.issubdtype(v.dtype, np.floating):
             eps.append(float(np.finfo(v.dtype).eps))
     return eps
