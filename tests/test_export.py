@@ -102,6 +102,25 @@ def test_external_data_model_splits_and_validates(tmp_path):
     assert run_runner(moved, "--runs", "1").returncode == 0
 
 
+def test_a_model_with_repeated_node_names_splits_and_validates(tmp_path):
+    """ONNX Runtime refuses two nodes of one name ('two nodes with same node name'); stages 01-07 analyse a renamed
+    copy, and 08 failed on its own full.onnx. full.onnx and the parts now carry the tables' unique node ids."""
+    import onnxruntime as ort
+    m = small_cnn(None)
+    for n in m.graph.node:
+        n.name = {"conv1": "conv", "conv2": "conv", "relu1": "act", "relu2": "act"}.get(n.name, n.name)
+    onnx.save(m, str(tmp_path / "dup.onnx"))
+    with pytest.raises(Exception, match="same node name"):
+        ort.InferenceSession(str(tmp_path / "dup.onnx"), providers=["CPUExecutionProvider"])
+    rep = pipeline(tmp_path / "dup.onnx", tmp_path / "r", "--boundary", "3", "--diagram", "none")
+    assert rep["all_pass"] and len(rep["splits"]) == 1
+    folder = tmp_path / "r" / "splits" / "b3"
+    names = [n.name for p in ("part1", "part2") for n in onnx.load(str(folder / f"{p}.onnx")).graph.node]
+    assert names == ["conv", "bn1", "act", "conv__3", "add", "act__5", "gap", "flatten", "fc"]
+    assert [n.name for n in onnx.load(str(folder / "full.onnx")).graph.node] == names
+    assert [n.name for n in onnx.load(str(tmp_path / "dup.onnx")).graph.node].count("conv") == 2   # the user's file
+
+
 def test_diagram_backends(tmp_path, monkeypatch):
     import lib.split.diagram
     from lib.errors import StageError

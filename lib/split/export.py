@@ -184,6 +184,15 @@ class SplitExporter:
                   f"random_nodes_seeded): each new session then draws the same numbers; remove their seed attribute to "
                   f"deploy clock-seeded draws as your model has them. Their deployment difference includes ORT's "
                   f"optimizer changing the draws (the whole model differs as much between optimization levels)")
+        # ONNX Runtime refuses a model with two nodes of one name, as stage 01 would without its renamed copy: the
+        # parts and full.onnx take the Graph's unique node ids (conv__2), so that they load and validate
+        named = [n.name for n in self.nodes if n.name]
+        self.renamed = len(set(named)) < len(named)
+        if self.renamed:
+            for n, name in zip(self.nodes, g.names):
+                n.name = name
+            print("note: the model has nodes of one name, which ONNX Runtime refuses: full.onnx and the parts name "
+                  "them as the tables do (a repeated name gets __<index>)")
         self.reduction_size = reduction_size(g)
         self.weights = {t.name: t for t in self.model.graph.initializer}
         self.sparse = {t.values.name: t for t in self.model.graph.sparse_initializer}
@@ -276,13 +285,14 @@ class SplitExporter:
 
     def _full_beside(self, out_dir: Path, links: dict, parts: dict[str, onnx.ModelProto]) -> None:
         """The full model beside the parts, so that the folder validates on its own (a link to the model file;
-        a copy with the seeds given to its random nodes when it has unseeded ones), and full_exact.onnx, the
+        a copy with the seeds given to its random nodes when it has unseeded ones, or its nodes renamed), and full_exact.onnx, the
         exactness check's reference, when a cut tensor is stored in a narrow float (store_cut_tensors)."""
         full, exact = out_dir / "full.onnx", out_dir / EXACT_REFERENCE
         exact.unlink(missing_ok=True)
-        if full.exists() and (self.seeded or not full.samefile(self.path)):
+        rewritten = self.seeded or self.renamed
+        if full.exists() and (rewritten or not full.samefile(self.path)):
             full.unlink()  # the model was re-exported since: a stale full.onnx would validate the wrong model
-        if self.seeded:
+        if rewritten:
             tmp = out_dir / ".full.onnx.tmp"
             onnx.save(self.model, str(tmp))
             os.replace(tmp, full)
