@@ -6,7 +6,10 @@
 The training corpus (lib/latency/training_models.py: 12 families, built once into models/train/) and the
 micro-benchmarks are profiled with stage 01's code on this host; each family's models are then predicted by a
 kernel model trained without that family (lib/latency/kernel_model.py leave_one_family_out: ORT's kernels from
-the optimized graph, costs from stage 02's code, never the model's own kernel times). Per family and overall:
+the optimized graph, costs from stage 02's code, never the model's own kernel times), with make calibrate's
+denser micro-benchmarks where a family's error exceeds 10% (lib/latency/calibrate_kernels.py adaptive_held_out:
+the op classes to sample are chosen from the held-out errors, the cases are generic shapes, never a model's
+kernels). Per family and overall:
 share of models within +-5% and +-10% of the measured session latency (stage 01's median), MAPE, RMSPE, and
 the baseline efficiency model (configs/latency_model.yaml, fitted on micro-benchmarks) beside it. Peaks and
 bandwidths are configs/host.yaml's (run `make calibrate` first). `--record` writes the table into
@@ -70,7 +73,8 @@ def markdown(table: pd.DataFrame, lofo: pd.DataFrame, wall_s: float) -> str:
             f"overhead): on a machine shared with other work the session carries descheduled time the kernel sum "
             f"does not. Overhead alone = the session model (held out too) on the kernel times measured. Inside "
             f"interval = the share measured inside the predicted interval (each kernel type's 10th-90th percentile "
-            f"of held-out residuals, summed).\n\n"
+            f"of held-out residuals, summed). With make calibrate's denser micro-benchmarks where a family's held-out "
+            f"error exceeded 10% (kept where they lowered it).\n\n"
             + head + body + per)
 
 
@@ -86,9 +90,12 @@ def main():
     calibrated_here(a.record, Path(a.latency_model), Path(a.host))
     t0 = time.perf_counter()
     host = load_host(a.host)
-    micro = micro_records(ck.micro_cases(a.quick), host, runs=3 if a.quick else 8, threads=a.threads)
+    first = ck.micro_cases(a.quick)
+    micro = micro_records(first, host, runs=3 if a.quick else 8, threads=a.threads)
     models = ck.training_records(host, a.quick, a.threads, a.runs)
-    lofo, _ = km.leave_one_family_out(micro + models, host, a.threads, 60 if a.quick else km.ROUNDS)
+    # as make calibrate holds out: with its denser micro-benchmarks where a family's error exceeds 10%
+    _, lofo, _, _ = ck.adaptive_held_out(micro, models, first, host, a.quick, a.threads,
+                                         60 if a.quick else km.ROUNDS, ck.Steps())
     lofo["baseline_us"] = lofo["model"].map(baseline(models, host, a.latency_model))
     table = family_table(lofo)
     text = markdown(table, lofo, time.perf_counter() - t0)

@@ -257,6 +257,21 @@ def calibrate_kernels(host: dict, quick: bool = False, threads: int = 0, runs: i
     peaks = host["peak_flops_per_s"]    # 'default' never below fp32's: the file and the model saved with it agree
     peaks["default"] = max(float(peaks.get("default", 0.0)), float(peaks.get("float", 0.0)))
     rounds = 60 if quick else km.ROUNDS
+    micro, lofo, resid, sc = adaptive_held_out(micro, models, first, host, quick, threads, rounds, step)
+    model = step("final fit", km.KernelModel.fit, micro + models, host, threads, rounds)
+    if len(resid):
+        model.residuals = km.residual_quantiles(resid["type"], resid["r"].to_numpy(float))
+    return {"host": host, "model": model, "lofo": lofo, "scores": sc, "raised": raised, "kept": kept,
+            "steps": step.times, "records": micro + models}
+
+
+def adaptive_held_out(micro: list[dict], models: list[dict], first: list, host: dict, quick: bool, threads: int,
+                      rounds: int, step: Steps) -> tuple[list[dict], pd.DataFrame, pd.DataFrame, dict]:
+    """Step 5 of the module docstring, as make calibrate runs it and bench/predict_vs_measured.py scores it:
+    leave-one-family-out; where a family's error exceeds TARGET_ERR, the micro-benchmark cases (beyond `first`,
+    those measured) of the kernel ops carrying it are measured and LOFO runs again, and they are kept where they
+    lower the held-out error. Returns (the micro-benchmark records kept, per-model LOFO, per-kernel residuals,
+    scores)."""
     lofo, resid, sc = step("leave-one-family-out", held_out, micro + models, host, threads, rounds)
     ops = bad_kernel_ops(lofo, resid) if len(lofo) else set()
     more = micro_cases(quick, ops, frozenset(c.label for c in first)) if ops else []
@@ -265,14 +280,9 @@ def calibrate_kernels(host: dict, quick: bool = False, threads: int = 0, runs: i
         dense = step("denser micro-benchmarks", micro_records, more, host, runs=3 if quick else 8, threads=threads)
         again = step("leave-one-family-out again", held_out, micro + dense + models, host, threads, rounds)
         if _rank(again) < _rank((lofo, resid, sc)):     # kept only where they buy held-out accuracy
-            micro, (lofo, resid, sc) = micro + dense, again
-        else:
-            print("  the denser micro-benchmarks did not lower the held-out error: left out", flush=True)
-    model = step("final fit", km.KernelModel.fit, micro + models, host, threads, rounds)
-    if len(resid):
-        model.residuals = km.residual_quantiles(resid["type"], resid["r"].to_numpy(float))
-    return {"host": host, "model": model, "lofo": lofo, "scores": sc, "raised": raised, "kept": kept,
-            "steps": step.times, "records": micro + models}
+            return micro + dense, *again
+        print("  the denser micro-benchmarks did not lower the held-out error: left out", flush=True)
+    return micro, lofo, resid, sc
 
 
 def host_values(host: dict) -> dict:
