@@ -13,7 +13,8 @@ kernels). Per family and overall:
 share of models within +-5% and +-10% of the measured session latency (stage 01's median), MAPE, RMSPE, and
 the baseline efficiency model (configs/latency_model.yaml, fitted on micro-benchmarks) beside it. Peaks and
 bandwidths are configs/host.yaml's (run `make calibrate` first). `--record` writes the table into
-bench/RESULTS.md (bench/record.py). On a shared machine the measured figures move +-30% between runs.
+bench/RESULTS.md (bench/record.py). It also counts the measured kernels that ran below their roofline bound
+(issue 30: none may, beyond the profiler's resolution). On a shared machine the measured figures move +-30% between runs.
 """
 import sys
 import time
@@ -26,6 +27,7 @@ from _models import REPO, calibrated_here, parser
 
 sys.path.insert(0, str(REPO))
 
+from lib.analysis.roofline import RESOLUTION_US  # noqa: E402
 from lib.host import load_host  # noqa: E402
 from lib.latency import calibrate_kernels as ck, kernel_model as km  # noqa: E402
 from lib.latency.latency_model import predict_profile  # noqa: E402
@@ -38,6 +40,17 @@ def baseline(records: list[dict], host: dict, latency_model: str) -> dict[str, f
     host = baseline_host(host, latency_model)
     return {r["model"]: predict_profile(r["profile"], host, latency_model)[1]["predicted_latency_us"]
             for r in records if r.get("session_us")}
+
+
+def below_bound(records: list[dict], host: dict) -> tuple[int, int]:
+    """(kernels measured below their roofline bound by more than the profiler's resolution, kernels measured)."""
+    below = n = 0
+    for r in records:
+        kt = r["kernels"][r["kernels"]["t_us"].notna()]
+        b, _ = km.bounds(kt, host)
+        below += int(np.sum(kt["t_us"].to_numpy(float) + RESOLUTION_US < b))
+        n += len(kt)
+    return below, n
 
 
 def family_table(lofo: pd.DataFrame) -> pd.DataFrame:
@@ -98,7 +111,10 @@ def main():
                                          60 if a.quick else km.ROUNDS, ck.Steps())
     lofo["baseline_us"] = lofo["model"].map(baseline(models, host, a.latency_model))
     table = family_table(lofo)
-    text = markdown(table, lofo, time.perf_counter() - t0)
+    below, n = below_bound(micro + models, host)
+    text = (markdown(table, lofo, time.perf_counter() - t0) +
+            f"\nRoofline bound (configs/host.yaml): {below} of {n} kernels measured here (training models and "
+            f"micro-benchmarks) ran below it by more than the profiler's {RESOLUTION_US:g} us.\n")
     print(text)
     if a.record:
         from bench.record import record
